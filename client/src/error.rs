@@ -1,0 +1,65 @@
+//! The client's one error type.
+use tokio_postgres::error::SqlState;
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database has no `pg_rendezvous`.
+    #[error("the pg_rendezvous extension is not installed in this database: run `CREATE EXTENSION pg_rendezvous;` as a superuser")]
+    ExtensionMissing,
+    /// The installed extension is another version than this client.
+    #[error("pg_rendezvous {installed} is installed but this client needs {expected}: run `ALTER EXTENSION pg_rendezvous UPDATE TO '{expected}';` or use a matching client")]
+    VersionMismatch {
+        /// Installed version.
+        installed: String,
+        /// Version this client was built for.
+        expected: String,
+    },
+    /// The server scores with another HRW algorithm than this client.
+    #[error("the server uses HRW algorithm {server} but this client computes {client}")]
+    AlgorithmMismatch {
+        /// The server's algorithm.
+        server: String,
+        /// This client's algorithm.
+        client: &'static str,
+    },
+    /// An argument was refused before reaching the database.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A host set's weights were refused.
+    #[error(transparent)]
+    Weights(#[from] rendezvous_hrw::WeightError),
+    /// Could not connect.
+    #[error("cannot connect to the database: {0}")]
+    Connect(#[source] tokio_postgres::Error),
+    /// The database refused or failed a call (see [`Error::sqlstate`]).
+    #[error("database error: {0}")]
+    Db(#[source] tokio_postgres::Error),
+}
+
+impl Error {
+    /// Classifies a driver error: a missing `rendezvous` schema or function means the
+    /// extension is not installed.
+    pub(crate) fn from_db(e: tokio_postgres::Error) -> Error {
+        if let Some(db) = e.as_db_error() {
+            let missing_schema = *db.code() == SqlState::INVALID_SCHEMA_NAME;
+            let missing_function = *db.code() == SqlState::UNDEFINED_FUNCTION
+                || *db.code() == SqlState::UNDEFINED_TABLE;
+            if (missing_schema || missing_function) && db.message().contains("rendezvous") {
+                return Error::ExtensionMissing;
+            }
+        }
+        Error::Db(e)
+    }
+
+    /// The SQLSTATE of a database error, e.g. `22023` for an invalid argument.
+    pub fn sqlstate(&self) -> Option<&SqlState> {
+        match self {
+            Error::Db(e) | Error::Connect(e) => e.code(),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Membership: heartbeats on the database clock, the live set, and a background heartbeat.
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_postgres::GenericClient;
+
+use crate::{connect, sql, Error, Result};
+
+/// The staleness window the SQL functions use by default.
+pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
+
+fn check_host_id(host_id: &str) -> Result<()> {
+    if host_id.is_empty() || host_id.len() > 256 {
+        return Err(Error::InvalidArgument(format!(
+            "host_id must be 1 to 256 bytes (got {} bytes)",
+            host_id.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Marks `host_id` live now; returns the database's time of the heartbeat.
+pub async fn heartbeat(client: &impl GenericClient, host_id: &str, weight: f64) -> Result<SystemTime> {
+    check_host_id(host_id)?;
+    let row = client.query_one(sql::HEARTBEAT, &[&host_id, &weight]).await.map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// Removes `host_id` from the set now; true if it was there.
+pub async fn leave(client: &impl GenericClient, host_id: &str) -> Result<bool> {
+    check_host_id(host_id)?;
+    let row = client.query_one(sql::LEAVE, &[&host_id]).await.map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// The live host ids, sorted.
+pub async fn live_hosts(client: &impl GenericClient, staleness: Duration) -> Result<Vec<String>> {
+    let row = client
+        .query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()])
+        .await
+        .map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// The live hosts with their weights.
+pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> Result<Vec<(String, f64)>> {
+    let rows = client
+        .query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()])
+        .await
+        .map_err(Error::from_db)?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The server's winner for `key` over the live set (10 s staleness); `None` if nobody is live.
+pub async fn winner(client: &impl GenericClient, key: &str) -> Result<Option<String>> {
+    let row = client.query_one(sql::WINNER_LIVE, &[&key]).await.map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// Settings for a [`Membership`].
+#[derive(Debug, Clone)]
+pub struct MembershipOptions {
+    /// This host's weight (share of keys relative to others). Default 1.
+    pub weight: f64,
+    /// Time between heartbeats. Default 2 s; keep it well under the staleness window (10 s).
+    pub interval: Duration,
+}
+
+impl Default for MembershipOptions {
+    fn default() -> Self {
+        MembershipOptions { weight: 1.0, interval: Duration::from_secs(2) }
+    }
+}
+
+/// What the background heartbeat last saw.
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatStatus {
+    /// Database time of the last successful heartbeat.
+    pub last_ok: Option<SystemTime>,
+    /// The last failure, cleared by the next success.
+    pub last_error: Option<String>,
+}
+
+/// A host's presence in the live set: heartbeats on its own connection in a background task
+/// until [`Membership::shutdown`], which leaves the set at once.
+pub struct Membership {
+    host_id: String,
+    stop: watch::Sender<bool>,
+    status: watch::Receiver<HeartbeatStatus>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl Membership {
+    /// Connects, sends the first heartbeat (so a bad URL, a missing extension or a bad host id
+    /// fails here), then keeps heartbeating every `options.interval`, reconnecting if the
+    /// connection drops.
+    pub async fn start(database_url: &str, host_id: &str, options: MembershipOptions) -> Result<Membership> {
+        check_host_id(host_id)?;
+        if options.interval.is_zero() {
+            return Err(Error::InvalidArgument("heartbeat interval must be greater than zero".into()));
+        }
+        let client = connect(database_url).await?;
+        crate::check_extension(&client).await?;
+        let first = heartbeat(&client, host_id, options.weight).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let (status_tx, status) = watch::channel(HeartbeatStatus { last_ok: Some(first), last_error: None });
+        let task = tokio::spawn(run(
+            database_url.to_owned(),
+            host_id.to_owned(),
+            options,
+            client,
+            stop_rx,
+            status_tx,
+        ));
+        Ok(Membership { host_id: host_id.to_owned(), stop, status, task })
+    }
+
+    /// This host's id.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// The last heartbeat's outcome.
+    pub fn status(&self) -> HeartbeatStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Stops heartbeating and leaves the live set (the rest of the fleet sees it at once).
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(|e| Error::InvalidArgument(format!("heartbeat task failed: {e}")))?
+    }
+}
+
+async fn run(
+    url: String,
+    host_id: String,
+    options: MembershipOptions,
+    client: tokio_postgres::Client,
+    mut stop: watch::Receiver<bool>,
+    status: watch::Sender<HeartbeatStatus>,
+) -> Result<()> {
+    let mut client = Some(client);
+    let mut tick = tokio::time::interval(options.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await; // the first heartbeat was sent by start()
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            _ = tick.tick() => {}
+        }
+        let outcome = match ensure_connected(&mut client, &url).await {
+            Ok(c) => heartbeat(c, &host_id, options.weight).await,
+            Err(e) => Err(e),
+        };
+        status.send_modify(|s| match outcome {
+            Ok(at) => {
+                s.last_ok = Some(at);
+                s.last_error = None;
+            }
+            Err(e) => {
+                tracing::warn!(host_id = %host_id, error = %e, "heartbeat failed");
+                s.last_error = Some(e.to_string());
+            }
+        });
+    }
+    leave(ensure_connected(&mut client, &url).await?, &host_id).await?;
+    Ok(())
+}
+
+/// The live connection, reconnecting first if there is none or it was closed.
+async fn ensure_connected<'a>(
+    client: &'a mut Option<tokio_postgres::Client>,
+    url: &str,
+) -> Result<&'a tokio_postgres::Client> {
+    if client.as_ref().is_none_or(|c| c.is_closed()) {
+        *client = Some(connect(url).await?);
+    }
+    Ok(client.as_ref().expect("connected above"))
+}

@@ -1,0 +1,28 @@
+//! Every SQL statement the client sends, in one place: the client's side of the SQL contract.
+//! An integration test checks each `rendezvous.*` function named here exists in the extension.
+
+/// Installed extension version (no row: not installed).
+pub const EXTENSION_VERSION: &str =
+    "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'";
+/// The server's HRW algorithm name.
+pub const HRW_ALGORITHM: &str = "SELECT rendezvous.hrw_algorithm()";
+/// Heartbeat: `$1` host id, `$2` weight.
+pub const HEARTBEAT: &str = "SELECT rendezvous.heartbeat($1, $2)";
+/// Leave: `$1` host id.
+pub const LEAVE: &str = "SELECT rendezvous.leave($1)";
+/// Live host ids: `$1` staleness in seconds.
+pub const LIVE_HOSTS: &str =
+    "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))";
+/// Live hosts with weights: `$1` staleness in seconds.
+pub const LIVE_MEMBERS: &str = "SELECT h.host_id, h.weight
+       FROM rendezvous.hosts h
+      WHERE h.host_id = ANY (rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8)))";
+/// Server-side winner over the live set: `$1` key.
+pub const WINNER_LIVE: &str = "SELECT rendezvous.winner($1::text)";
+/// Server-side winner over given hosts: `$1` key, `$2` hosts.
+pub const WINNER: &str = "SELECT rendezvous.winner($1::text, $2::text[])";
+/// Server-side ranking over given hosts: `$1` key, `$2` hosts, `$3` k.
+pub const RANKED: &str = "SELECT rendezvous.ranked($1::text, $2::text[], $3::int4)";
+
+/// The `rendezvous.*` functions this client calls, for the contract test.
+pub const FUNCTIONS: &[&str] = &["hrw_algorithm", "heartbeat", "leave", "live_hosts", "winner", "ranked"];

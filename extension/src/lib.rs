@@ -1,0 +1,37 @@
+//! pg_rendezvous: coordinate a fleet of hosts through the PostgreSQL database they already use.
+//!
+//! One module per concept; every SQL object lives in the `rendezvous` schema (the control
+//! file's `schema`), and hand-written SQL is schema-qualified.
+use pgrx::prelude::*;
+
+mod errors;
+mod hrw;
+mod membership;
+
+::pgrx::pg_module_magic!(name, version);
+
+extension_sql!(
+    r#"
+COMMENT ON SCHEMA rendezvous IS 'pg_rendezvous: rendezvous dispatch, admission, leader and firing claims';
+"#,
+    name = "schema_comment",
+    bootstrap
+);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    mod hrw_tests;
+    mod membership_tests;
+}
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}
