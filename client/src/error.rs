@@ -32,6 +32,9 @@ pub enum Error {
     /// A host set's weights were refused.
     #[error(transparent)]
     Weights(#[from] rendezvous_hrw::WeightError),
+    /// A background task panicked or was cancelled.
+    #[error("background task failed: {0}")]
+    TaskFailed(String),
     /// Could not connect.
     #[error("cannot connect to the database: {0}")]
     Connect(#[source] tokio_postgres::Error),

@@ -49,9 +49,17 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
 
 /// Connects with `tokio_postgres` (no TLS) and drives the connection on a background task.
 pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
-    let (client, connection) = tokio_postgres::connect(database_url, tokio_postgres::NoTls)
-        .await
-        .map_err(Error::Connect)?;
+    connect_as(database_url, "rendezvous").await
+}
+
+/// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
+/// host's sessions are recognisable in `pg_stat_activity`.
+pub async fn connect_as(database_url: &str, application_name: &str) -> Result<tokio_postgres::Client> {
+    let mut config: tokio_postgres::Config = database_url.parse().map_err(Error::Connect)?;
+    if config.get_application_name().is_none() {
+        config.application_name(application_name);
+    }
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(Error::Connect)?;
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "rendezvous connection ended");

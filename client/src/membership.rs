@@ -5,7 +5,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::GenericClient;
 
-use crate::{connect, sql, Error, Result};
+use crate::{connect_as, sql, Error, Result};
 
 /// The staleness window the SQL functions use by default.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
@@ -100,7 +100,7 @@ impl Membership {
         if options.interval.is_zero() {
             return Err(Error::InvalidArgument("heartbeat interval must be greater than zero".into()));
         }
-        let client = connect(database_url).await?;
+        let client = connect_as(database_url, &session_name(host_id)).await?;
         crate::check_extension(&client).await?;
         let first = heartbeat(&client, host_id, options.weight).await?;
         let (stop, stop_rx) = watch::channel(false);
@@ -129,7 +129,7 @@ impl Membership {
     /// Stops heartbeating and leaves the live set (the rest of the fleet sees it at once).
     pub async fn shutdown(self) -> Result<()> {
         let _ = self.stop.send(true);
-        self.task.await.map_err(|e| Error::InvalidArgument(format!("heartbeat task failed: {e}")))?
+        self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?
     }
 }
 
@@ -150,7 +150,7 @@ async fn run(
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        let outcome = match ensure_connected(&mut client, &url).await {
+        let outcome = match ensure_connected(&mut client, &url, &host_id).await {
             Ok(c) => heartbeat(c, &host_id, options.weight).await,
             Err(e) => Err(e),
         };
@@ -165,7 +165,7 @@ async fn run(
             }
         });
     }
-    leave(ensure_connected(&mut client, &url).await?, &host_id).await?;
+    leave(ensure_connected(&mut client, &url, &host_id).await?, &host_id).await?;
     Ok(())
 }
 
@@ -173,9 +173,15 @@ async fn run(
 async fn ensure_connected<'a>(
     client: &'a mut Option<tokio_postgres::Client>,
     url: &str,
+    host_id: &str,
 ) -> Result<&'a tokio_postgres::Client> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
-        *client = Some(connect(url).await?);
+        *client = Some(connect_as(url, &session_name(host_id)).await?);
     }
     Ok(client.as_ref().expect("connected above"))
+}
+
+/// The `application_name` of a host's membership session.
+fn session_name(host_id: &str) -> String {
+    format!("rendezvous membership {host_id}")
 }

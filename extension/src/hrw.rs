@@ -35,10 +35,6 @@ fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> Host
     HostSet::weighted(pairs).unwrap_or_else(|e| invalid_argument(e.to_string()))
 }
 
-fn non_null_hosts<'a>(hosts: &'a Option<Array<'a, &'a str>>) -> impl Iterator<Item = &'a str> + 'a {
-    hosts.iter().flat_map(|a| a.iter().flatten())
-}
-
 fn check_k(k: Option<i32>) -> Option<usize> {
     match k {
         None => None,
@@ -51,7 +47,8 @@ fn check_k(k: Option<i32>) -> Option<usize> {
 #[pg_extern(immutable, parallel_safe, name = "winner")]
 fn winner(key: Option<&str>, hosts: Option<Array<&str>>) -> Option<String> {
     let key = require_key(key);
-    rendezvous_hrw::winner_of(key, non_null_hosts(&hosts)).map(str::to_owned)
+    let hosts = hosts?;
+    rendezvous_hrw::winner_of(key, hosts.iter().flatten()).map(str::to_owned)
 }
 
 /// Weighted rendezvous: a host's share of keys is proportional to its weight.
@@ -74,7 +71,10 @@ fn ranked(
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
-    let set = HostSet::new(non_null_hosts(&hosts));
+    let set = match hosts {
+        Some(hosts) => HostSet::new(hosts.iter().flatten()),
+        None => HostSet::default(),
+    };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 

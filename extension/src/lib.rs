@@ -1,7 +1,9 @@
 //! pg_rendezvous: coordinate a fleet of hosts through the PostgreSQL database they already use.
 //!
-//! One module per concept; every SQL object lives in the `rendezvous` schema (the control
-//! file's `schema`), and hand-written SQL is schema-qualified.
+//! One module per concept. Every SQL object lives in the `rendezvous` schema: the control
+//! file's `schema` makes CREATE EXTENSION create it and put pgrx's generated functions there
+//! (pgrx cannot qualify them without also emitting a conflicting CREATE SCHEMA), and all
+//! hand-written SQL is schema-qualified.
 use pgrx::prelude::*;
 
 mod errors;
@@ -19,11 +21,7 @@ COMMENT ON SCHEMA rendezvous IS 'pg_rendezvous: rendezvous dispatch, admission, 
 );
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
-mod tests {
-    mod hrw_tests;
-    mod membership_tests;
-}
+mod tests;
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

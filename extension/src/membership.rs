@@ -125,5 +125,5 @@ $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (10 s staleness).';
 "#,
     name = "membership",
-    requires = [crate::hrw::winner_weighted, crate::hrw::ranked_weighted]
+    requires = [hrw::winner_weighted, hrw::ranked_weighted]
 );

@@ -1,0 +1,3 @@
+//! `#[pg_test]`s: each runs inside the extension, in its own rolled-back transaction.
+mod hrw_tests;
+mod membership_tests;

@@ -1,0 +1,67 @@
+-- Membership on the database clock, as a host role with only the documented grants.
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+CREATE ROLE rendezvous_regress_host LOGIN;
+-- The grants a host role needs (README, "Grants").
+GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_host;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_host;
+SET ROLE rendezvous_regress_host;
+
+SELECT rendezvous.heartbeat('host-a') <= clock_timestamp() AS stamped_by_db;
+SELECT rendezvous.heartbeat('host-b', 2) IS NOT NULL AS ok;
+SELECT rendezvous.heartbeat('host-c') IS NOT NULL AS ok;
+SELECT rendezvous.live_hosts();
+SELECT host_id, weight FROM rendezvous.hosts ORDER BY host_id;
+
+-- The live-set winner is the weighted winner over the live hosts.
+SELECT rendezvous.winner('task-' || g) = rendezvous.winner('task-' || g, ARRAY['host-a','host-b','host-c'], ARRAY[1,2,1]::float8[]) AS same,
+       count(*)
+  FROM generate_series(1, 1000) g GROUP BY 1;
+SELECT rendezvous.ranked('task-1', 2) = rendezvous.ranked('task-1', ARRAY['host-a','host-b','host-c'], ARRAY[1,2,1]::float8[], 2) AS same;
+
+-- A heartbeat updates weight and last_seen, not first_seen.
+SELECT rendezvous.heartbeat('host-b', 1) IS NOT NULL AS ok;
+SELECT host_id, weight, last_seen >= first_seen AS ordered FROM rendezvous.hosts WHERE host_id = 'host-b';
+
+-- Leaving is immediate.
+SELECT rendezvous.leave('host-c') AS was_there, rendezvous.leave('host-c') AS again;
+SELECT rendezvous.live_hosts();
+
+-- A host whose last heartbeat is older than the window is not live (aged on the DB clock).
+RESET ROLE;
+UPDATE rendezvous.hosts SET last_seen = last_seen - interval '30 seconds' WHERE host_id = 'host-a';
+SET ROLE rendezvous_regress_host;
+SELECT rendezvous.live_hosts() AS default_10s, rendezvous.live_hosts('1 minute') AS one_minute;
+SELECT count(DISTINCT rendezvous.winner('task-' || g)) AS owners FROM generate_series(1, 100) g;
+
+-- Bad input.
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat(NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('')$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat(repeat('x', 257))$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 0)$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', -1)$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 'NaN')$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 'Infinity')$$);
+SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.leave(NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.live_hosts(NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.live_hosts('0 s')$$);
+SELECT pg_temp.err($$SELECT rendezvous.live_hosts('-5 s')$$);
+SELECT rendezvous.live_hosts();
+
+RESET ROLE;
+DELETE FROM rendezvous.hosts;
+REVOKE ALL ON ALL TABLES IN SCHEMA rendezvous FROM rendezvous_regress_host;
+REVOKE ALL ON SCHEMA rendezvous FROM rendezvous_regress_host;
+DROP ROLE rendezvous_regress_host;
+
+-- The hosts table is kept by pg_dump.
+SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
+ WHERE e.extname = 'pg_rendezvous' ORDER BY 1;

@@ -1,0 +1,3 @@
+//! Integration tests against a real cluster, through the client. Run by scripts/test.sh.
+mod hrw;
+mod membership;

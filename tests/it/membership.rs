@@ -1,0 +1,109 @@
+//! Membership through the client: heartbeats, leave on shutdown, staleness on the DB clock.
+use std::time::{Duration, SystemTime};
+
+use rendezvous_client::membership::{self, heartbeat, live_hosts};
+use rendezvous_client::{Membership, MembershipOptions};
+use rendezvous_tests::TestDb;
+
+fn fast() -> MembershipOptions {
+    MembershipOptions { interval: Duration::from_millis(100), ..MembershipOptions::default() }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn members_heartbeat_and_shutdown_leaves_at_once() {
+    let db = TestDb::new("members").await;
+    let client = db.connect().await;
+    let mut members = Vec::new();
+    for h in ["alpha", "bravo", "charlie"] {
+        members.push(Membership::start(&db.url, h, fast()).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let live = live_hosts(&client, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(live, ["alpha", "bravo", "charlie"]);
+    for m in &members {
+        assert!(m.status().last_error.is_none(), "{:?}", m.status());
+    }
+    let bravo = members.remove(1);
+    bravo.shutdown().await.unwrap();
+    // Gone at once, without waiting for staleness.
+    assert_eq!(live_hosts(&client, Duration::from_secs(60)).await.unwrap(), ["alpha", "charlie"]);
+    // The server's winner over the live set is the client's local answer.
+    let set = rendezvous_client::hrw::live_host_set(&client, Duration::from_secs(10)).await.unwrap();
+    for i in 0..200 {
+        let key = format!("task-{i}");
+        assert_eq!(membership::winner(&client, &key).await.unwrap().as_deref(), set.winner(&key));
+    }
+    for m in members {
+        m.shutdown().await.unwrap();
+    }
+    assert!(live_hosts(&client, Duration::from_secs(60)).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_host_leaves_after_the_staleness_window() {
+    let db = TestDb::new("stale").await;
+    let client = db.connect().await;
+    let steady = Membership::start(&db.url, "steady", fast()).await.unwrap();
+    heartbeat(&client, "silent", 1.0).await.unwrap();
+    let window = Duration::from_millis(800);
+    assert_eq!(live_hosts(&client, window).await.unwrap(), ["silent", "steady"]);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // "silent" sent nothing for longer than the window, by the database's clock.
+    assert_eq!(live_hosts(&client, window).await.unwrap(), ["steady"]);
+    // A wider window still sees it: staleness is the caller's choice, not a deletion.
+    assert_eq!(live_hosts(&client, Duration::from_secs(30)).await.unwrap(), ["silent", "steady"]);
+    steady.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_are_stamped_by_the_database_clock() {
+    let db = TestDb::new("clock").await;
+    // Two hosts whose sessions run in time zones 26 hours apart.
+    let east = db.connect().await;
+    east.batch_execute("SET TimeZone = 'Pacific/Kiritimati'").await.unwrap();
+    let west = db.connect().await;
+    west.batch_execute("SET TimeZone = 'Etc/GMT+12'").await.unwrap();
+    let a = heartbeat(&east, "east", 1.0).await.unwrap();
+    let b = heartbeat(&west, "west", 1.0).await.unwrap();
+    let db_now: SystemTime = west.query_one("SELECT clock_timestamp()", &[]).await.unwrap().get(0);
+    for t in [a, b] {
+        let age = db_now.duration_since(t).expect("heartbeat time is not in the database's future");
+        assert!(age < Duration::from_secs(2), "heartbeat stamped {age:?} before the database's now");
+    }
+    assert_eq!(live_hosts(&east, Duration::from_secs(5)).await.unwrap(), ["east", "west"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeat_survives_a_terminated_backend() {
+    let db = TestDb::new("reconnect").await;
+    let admin = db.connect().await;
+    let m = Membership::start(&db.url, "phoenix", fast()).await.unwrap();
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'rendezvous membership phoenix'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1);
+    let before = m.status().last_ok.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let status = m.status();
+    assert!(status.last_ok.unwrap() > before, "no heartbeat after reconnect: {status:?}");
+    assert!(status.last_error.is_none(), "{status:?}");
+    m.shutdown().await.unwrap();
+    assert!(live_hosts(&admin, Duration::from_secs(60)).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_membership_arguments_fail_before_the_database() {
+    let db = TestDb::new("badmember").await;
+    assert!(Membership::start(&db.url, "", fast()).await.is_err());
+    let zero = MembershipOptions { interval: Duration::ZERO, ..fast() };
+    assert!(Membership::start(&db.url, "h", zero).await.is_err());
+    let nan = MembershipOptions { weight: f64::NAN, ..fast() };
+    let err = Membership::start(&db.url, "h", nan).await.err().unwrap();
+    assert_eq!(err.sqlstate(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE));
+}
