@@ -36,7 +36,7 @@ log "SQL suites (pg_regress) under pg_test/"
 regress_out=$CLUSTER_DIR/regress
 mkdir -p "$regress_out"
 schedule=$(sed -n 's/^test: *//p' pg_test/schedule | tr '\n' ' ')
-if ! "$PGXS_DIR/test/regress/pg_regress" --use-existing --host=127.0.0.1 --port="$CLUSTER_PORT" \
+if ! "$PGXS_DIR/test/regress/pg_regress" --host=127.0.0.1 --port="$CLUSTER_PORT" \
      --user=postgres --inputdir=pg_test --outputdir="$regress_out" --dbname=rendezvous_regress \
      --load-extension=pg_rendezvous $schedule; then
   cat "$regress_out/regression.diffs" >&2 || true
@@ -48,7 +48,7 @@ if ls pg_test/specs/*.spec >/dev/null 2>&1; then
   iso_out=$CLUSTER_DIR/isolation
   mkdir -p "$iso_out"
   specs=$(cd pg_test/specs && ls *.spec | sed 's/\.spec$//' | tr '\n' ' ')
-  if ! "$PGXS_DIR/test/isolation/pg_isolation_regress" --use-existing --host=127.0.0.1 \
+  if ! "$PGXS_DIR/test/isolation/pg_isolation_regress" --host=127.0.0.1 \
        --port="$CLUSTER_PORT" --user=postgres --inputdir=pg_test --outputdir="$iso_out" \
        --dbname=rendezvous_isolation --load-extension=pg_rendezvous $specs; then
     cat "$iso_out/regression.diffs" >&2 || true

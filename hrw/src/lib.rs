@@ -110,10 +110,19 @@ pub enum WeightError {
 impl std::fmt::Display for WeightError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WeightError::Invalid { host, weight } => write!(
-                f,
-                "weight {weight} of host \"{host}\" is invalid: weights must be finite and greater than 0"
-            ),
+            WeightError::Invalid { host, weight } => {
+                // Spelled as PostgreSQL spells float8 values, since SQL users read this.
+                let shown = match *weight {
+                    w if w.is_nan() => "NaN".to_owned(),
+                    w if w == f64::INFINITY => "Infinity".to_owned(),
+                    w if w == f64::NEG_INFINITY => "-Infinity".to_owned(),
+                    w => w.to_string(),
+                };
+                write!(
+                    f,
+                    "weight {shown} of host \"{host}\" is invalid: weights must be finite and greater than 0"
+                )
+            }
             WeightError::Conflicting { host } => {
                 write!(f, "host \"{host}\" appears more than once with different weights")
             }
