@@ -66,7 +66,7 @@ async fn sql_rows(url: &str) -> Vec<[String; 5]> {
         let base_sql = "SELECT count((SELECT h FROM unnest($1::text[]) h
                                         ORDER BY hashtextextended(('firing:task-' || g) || h, 0) DESC LIMIT 1))
                           FROM generate_series(1, $2) g";
-        let mut timed = |sql: &'static str| {
+        let timed = |sql: &'static str| {
             let client = &client;
             let names = &names;
             async move {
