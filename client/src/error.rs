@@ -58,6 +58,11 @@ impl Error {
         Error::Db(e)
     }
 
+    /// True for a serialization failure (40001): retry the whole transaction.
+    pub fn is_serialization_failure(&self) -> bool {
+        self.sqlstate() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+    }
+
     /// The SQLSTATE of a database error, e.g. `22023` for an invalid argument.
     pub fn sqlstate(&self) -> Option<&SqlState> {
         match self {

@@ -9,11 +9,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admission;
 mod error;
 pub mod hrw;
 pub mod membership;
 pub mod sql;
 
+pub use admission::{spawn_run, Admission};
 pub use error::{Error, Result};
 pub use membership::{Membership, MembershipOptions};
 

@@ -24,5 +24,23 @@ pub const WINNER: &str = "SELECT rendezvous.winner($1::text, $2::text[])";
 /// Server-side ranking over given hosts: `$1` key, `$2` hosts, `$3` k.
 pub const RANKED: &str = "SELECT rendezvous.ranked($1::text, $2::text[], $3::int4)";
 
+/// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
+pub const SPAWN_RUN: &str = "SELECT run_id, created, same_request
+       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)";
+/// `$1` run id, `$2` state.
+pub const SET_RUN_STATE: &str = "SELECT rendezvous.set_run_state($1::int8, $2::text)";
+/// `$1` age in seconds.
+pub const PURGE_RUNS: &str = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))";
+
 /// The `rendezvous.*` functions this client calls, for the contract test.
-pub const FUNCTIONS: &[&str] = &["hrw_algorithm", "heartbeat", "leave", "live_hosts", "winner", "ranked"];
+pub const FUNCTIONS: &[&str] = &[
+    "hrw_algorithm",
+    "heartbeat",
+    "leave",
+    "live_hosts",
+    "winner",
+    "ranked",
+    "spawn_run",
+    "set_run_state",
+    "purge_runs",
+];

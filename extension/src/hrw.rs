@@ -3,16 +3,23 @@
 //! The algorithm itself lives in the shared `rendezvous-hrw` crate (docs/hrw.md), so the
 //! client computes the identical answer. These functions only adapt SQL arguments: NULL
 //! elements are ignored, duplicates merged, and bad input raises 22004 / 22023.
+use pgrx::pg_sys::FunctionCallInfo;
 use pgrx::prelude::*;
 use rendezvous_hrw::HostSet;
 
+use crate::call_cache::cached;
 use crate::errors::{invalid_argument, null_argument};
+
+// Argument positions of `hosts` and `weights`, the arguments the host-set cache is keyed by.
+const HOSTS: usize = 1;
+const WEIGHTS: usize = 2;
 
 fn require_key(key: Option<&str>) -> &str {
     key.unwrap_or_else(|| null_argument("key"))
 }
 
 /// A weighted host set from parallel arrays; NULL hosts are skipped with their weight.
+/// (Validation runs only when the arrays change: see `call_cache`.)
 fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> HostSet {
     let (Some(hosts), Some(weights)) = (hosts, weights) else {
         null_argument("hosts and weights")
@@ -45,10 +52,12 @@ fn check_k(k: Option<i32>) -> Option<usize> {
 
 /// The host with the highest score for `key`; NULL for an empty or all-NULL array.
 #[pg_extern(immutable, parallel_safe, name = "winner")]
-fn winner(key: Option<&str>, hosts: Option<Array<&str>>) -> Option<String> {
+fn winner(key: Option<&str>, hosts: Option<Array<&str>>, fcinfo: FunctionCallInfo) -> Option<String> {
     let key = require_key(key);
     let hosts = hosts?;
-    rendezvous_hrw::winner_of(key, hosts.iter().flatten()).map(str::to_owned)
+    // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
+    let set = unsafe { cached(fcinfo, &[HOSTS], || HostSet::new(hosts.iter().flatten())) };
+    set.winner(key).map(str::to_owned)
 }
 
 /// Weighted rendezvous: a host's share of keys is proportional to its weight.
@@ -57,9 +66,12 @@ fn winner_weighted(
     key: Option<&str>,
     hosts: Option<Array<&str>>,
     weights: Option<Array<f64>>,
+    fcinfo: FunctionCallInfo,
 ) -> Option<String> {
     let key = require_key(key);
-    weighted_set(hosts, weights).winner(key).map(str::to_owned)
+    // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
+    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
+    set.winner(key).map(str::to_owned)
 }
 
 /// Hosts in descending score order (the first is the winner), all or the first `k`.
@@ -68,13 +80,13 @@ fn ranked(
     key: Option<&str>,
     hosts: Option<Array<&str>>,
     k: default!(Option<i32>, "NULL"),
+    fcinfo: FunctionCallInfo,
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
-    let set = match hosts {
-        Some(hosts) => HostSet::new(hosts.iter().flatten()),
-        None => HostSet::default(),
-    };
+    let Some(hosts) = hosts else { return Vec::new() };
+    // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
+    let set = unsafe { cached(fcinfo, &[HOSTS], || HostSet::new(hosts.iter().flatten())) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 
@@ -85,10 +97,13 @@ fn ranked_weighted(
     hosts: Option<Array<&str>>,
     weights: Option<Array<f64>>,
     k: default!(Option<i32>, "NULL"),
+    fcinfo: FunctionCallInfo,
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
-    weighted_set(hosts, weights).ranked(key, k).into_iter().map(str::to_owned).collect()
+    // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
+    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
+    set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 
 /// The raw 63-bit score of `host` for `key` (non-negative; higher wins).

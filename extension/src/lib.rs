@@ -6,6 +6,8 @@
 //! hand-written SQL is schema-qualified.
 use pgrx::prelude::*;
 
+mod admission;
+mod call_cache;
 mod errors;
 mod hrw;
 mod membership;

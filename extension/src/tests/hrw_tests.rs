@@ -110,4 +110,50 @@ mod tests {
         Spi::get_one::<String>("SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])")
             .unwrap();
     }
+
+    /// The per-call-site host-set cache must follow the arguments row by row.
+    #[pg_test]
+    fn cached_host_sets_follow_changing_arguments() {
+        let sets: [&[&str]; 3] = [&["a", "b", "c"], &["a", "b"], &["x", "y", "z", "a"]];
+        let weights: [&[f64]; 3] = [&[1.0, 2.0, 3.0], &[5.0, 1.0], &[1.0, 1.0, 1.0, 9.0]];
+        let rows = Spi::connect(|client| {
+            client
+                .select(
+                    "SELECT g, rendezvous.winner('key-' || g, h), rendezvous.winner('key-' || g, h, w),
+                            rendezvous.ranked('key-' || g, h, 2), rendezvous.ranked('key-' || g, h, w)
+                       FROM generate_series(0, 299) g,
+                            LATERAL (SELECT CASE g % 3 WHEN 0 THEN ARRAY['a','b','c'] WHEN 1 THEN ARRAY['a','b']
+                                                       ELSE ARRAY['x','y','z','a'] END AS h,
+                                            CASE g % 3 WHEN 0 THEN ARRAY[1,2,3]::float8[] WHEN 1 THEN ARRAY[5,1]::float8[]
+                                                       ELSE ARRAY[1,1,1,9]::float8[] END AS w) x
+                      ORDER BY g",
+                    None,
+                    &[],
+                )
+                .unwrap()
+                .map(|row| {
+                    (
+                        row.get::<i32>(1).unwrap().unwrap(),
+                        row.get::<String>(2).unwrap().unwrap(),
+                        row.get::<String>(3).unwrap().unwrap(),
+                        row.get::<Vec<String>>(4).unwrap().unwrap(),
+                        row.get::<Vec<String>>(5).unwrap().unwrap(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(rows.len(), 300);
+        for (g, winner, weighted_winner, top2, weighted_ranked) in rows {
+            let i = (g % 3) as usize;
+            let key = format!("key-{g}");
+            let plain = rendezvous_hrw::HostSet::new(sets[i]);
+            let weighted =
+                rendezvous_hrw::HostSet::weighted(sets[i].iter().copied().zip(weights[i].iter().copied()))
+                    .unwrap();
+            assert_eq!(Some(winner.as_str()), plain.winner(&key), "row {g}");
+            assert_eq!(Some(weighted_winner.as_str()), weighted.winner(&key), "row {g}");
+            assert_eq!(top2, plain.ranked(&key, Some(2)), "row {g}");
+            assert_eq!(weighted_ranked, weighted.ranked(&key, None), "row {g}");
+        }
+    }
 }

@@ -1,3 +1,4 @@
 //! `#[pg_test]`s: each runs inside the extension, in its own rolled-back transaction.
+mod admission_tests;
 mod hrw_tests;
 mod membership_tests;

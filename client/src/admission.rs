@@ -1,0 +1,76 @@
+//! Idempotent spawn admission (`rendezvous.spawn_run`).
+use serde::Serialize;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::GenericClient;
+
+use crate::{sql, Error, Result};
+
+/// How many times a serialization failure (40001) is retried before it is returned.
+pub const SERIALIZATION_RETRIES: usize = 5;
+
+/// The outcome of [`spawn_run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// The run: new, or the one first admitted with this dispatch key.
+    pub run_id: i64,
+    /// True when this call created the run; false when it returned an earlier one.
+    pub created: bool,
+    /// For a repeat: whether it carried the same `workflow_ref` and `input` as the first
+    /// request (a different one is still a duplicate, and still returns the first run).
+    pub same_request: bool,
+}
+
+/// Admits a run for `tenant_id`. With a `dispatch_key`, however many times and however
+/// concurrently this is called, one run exists and every caller gets its id; without one,
+/// every call is a new run.
+///
+/// Works on a plain client (autocommit) or inside the caller's transaction. A serialization
+/// failure (40001, possible under REPEATABLE READ or SERIALIZABLE) is retried here when the
+/// call is its own transaction; inside the caller's transaction it aborts that transaction,
+/// so it is returned for the caller to retry the whole transaction
+/// ([`Error::is_serialization_failure`]).
+pub async fn spawn_run(
+    client: &impl GenericClient,
+    tenant_id: &str,
+    workflow_ref: &str,
+    input: &impl Serialize,
+    dispatch_key: Option<&str>,
+) -> Result<Admission> {
+    let input = serde_json::to_value(input).map_err(|e| Error::InvalidArgument(format!("input: {e}")))?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match client.query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key]).await {
+            Ok(row) => {
+                return Ok(Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) });
+            }
+            Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) && attempt <= SERIALIZATION_RETRIES => {
+                tracing::debug!(attempt, "spawn_run: serialization failure, retrying");
+                // Inside the caller's transaction a retry cannot succeed: probe cheaply and
+                // hand the original error back.
+                if let Err(probe) = client.query_one("SELECT 1", &[]).await {
+                    if probe.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) {
+                        return Err(Error::from_db(e));
+                    }
+                }
+            }
+            Err(e) => return Err(Error::from_db(e)),
+        }
+    }
+}
+
+/// Moves a run to `state` (`pending`, `running`, `succeeded`, `failed`, `cancelled`).
+pub async fn set_run_state(client: &impl GenericClient, run_id: i64, state: &str) -> Result<bool> {
+    let row = client.query_one(sql::SET_RUN_STATE, &[&run_id, &state]).await.map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// Deletes finished runs last updated more than `older_than` ago; returns how many. A
+/// dispatch key whose run was purged admits a new run when redelivered.
+pub async fn purge_runs(client: &impl GenericClient, older_than: std::time::Duration) -> Result<i64> {
+    let row = client
+        .query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()])
+        .await
+        .map_err(Error::from_db)?;
+    Ok(row.get(0))
+}

@@ -1,0 +1,68 @@
+//! A per-call-site cache in `fn_extra`, keyed by the raw bytes of some arguments.
+//!
+//! `SELECT rendezvous.winner(task_key, $hosts) FROM tasks` passes the same host array on every
+//! row; re-reading and re-hashing it per row is most of the cost. Like PostgreSQL's own
+//! regex and array functions, we keep what we built from those arguments in the function's
+//! `fn_extra` (memory of `fn_mcxt`, freed with the query) and reuse it while the argument
+//! bytes are unchanged, so a row costs one key hash plus a cheap mix per host.
+use pgrx::pg_sys;
+use pgrx::PgMemoryContexts;
+
+/// What one call site keeps: the argument bytes it was built from, and the built value.
+struct Entry<T> {
+    key: Vec<Option<Vec<u8>>>,
+    value: T,
+}
+
+/// The bytes of varlena argument `index` (detoasted), or `None` for SQL NULL.
+///
+/// # Safety
+/// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
+unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<&'a [u8]> {
+    unsafe {
+        let args = (*fcinfo).args.as_slice((*fcinfo).nargs as usize);
+        let arg = &args[index];
+        if arg.isnull {
+            return None;
+        }
+        let detoasted = pg_sys::pg_detoast_datum_packed(arg.value.cast_mut_ptr());
+        let len = pgrx::varlena::varsize_any_exhdr(detoasted);
+        let data = pgrx::varlena::vardata_any(detoasted) as *const u8;
+        Some(std::slice::from_raw_parts(data, len))
+    }
+}
+
+/// The value built by `build` from the varlena arguments at `indexes`, reused while those
+/// arguments' bytes are the same as on the previous call at this call site.
+///
+/// # Safety
+/// `fcinfo` is the current call's; every index names a varlena argument; every call through
+/// the same function uses the same `T` (each SQL function passes its own fixed type).
+pub(crate) unsafe fn cached<'a, T: 'static>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    indexes: &[usize],
+    build: impl FnOnce() -> T,
+) -> &'a T {
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
+        let current: Vec<Option<&[u8]>> = indexes.iter().map(|&i| arg_bytes(fcinfo, i)).collect();
+        let entry = (*flinfo).fn_extra as *mut Entry<T>;
+        if !entry.is_null() {
+            let same = (*entry).key.iter().map(|k| k.as_deref()).eq(current.iter().copied());
+            if same {
+                return &(*entry).value;
+            }
+        }
+        // Build before touching the cache: if `build` raises an ERROR, the old entry stays valid.
+        let value = build();
+        let key = current.iter().map(|b| b.map(<[u8]>::to_vec)).collect();
+        if entry.is_null() {
+            let fresh = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(Entry { key, value });
+            (*flinfo).fn_extra = fresh.cast();
+            &(*fresh).value
+        } else {
+            *entry = Entry { key, value };
+            &(*entry).value
+        }
+    }
+}

@@ -1,0 +1,50 @@
+-- Idempotent spawn admission as a psql user calls it.
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+-- The first delivery creates the run; a redelivery returns it.
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
+-- A redelivery that carries another input is still the same run, and says it differed.
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-30"}', 'decision-42');
+SELECT count(*) AS runs, count(DISTINCT run_id) AS distinct_ids FROM rendezvous.runs WHERE dispatch_key = 'decision-42';
+-- Named arguments; another tenant with the same key is another run.
+SELECT created FROM rendezvous.spawn_run(tenant_id => 'globex', workflow_ref => 'reports/nightly', dispatch_key => 'decision-42');
+-- No key: every call is a run, identical requests included.
+SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly');
+SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly');
+SELECT count(*) AS runs_without_key FROM rendezvous.runs WHERE tenant_id = 'acme' AND dispatch_key IS NULL;
+SELECT tenant_id, workflow_ref, input, dispatch_key, state FROM rendezvous.runs ORDER BY run_id;
+
+-- Retention: finished runs older than the bound are purged; the key is then free again.
+SELECT rendezvous.set_run_state(run_id, 'succeeded') FROM rendezvous.runs WHERE tenant_id = 'acme' AND dispatch_key = 'decision-42';
+SELECT rendezvous.purge_runs('1 hour') AS purged_recent;
+SELECT rendezvous.purge_runs('0 s') AS purged_all_finished;
+SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42');
+
+-- Bad input: a clear error with a SQLSTATE, and nothing admitted.
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run(NULL, 'wf')$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('', 'wf')$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run(repeat('t', 257), 'wf')$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', '')$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', '')$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 513))$$);
+SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', 'not json')$$);
+SELECT pg_temp.err($$SELECT rendezvous.set_run_state(1, 'done')$$);
+SELECT pg_temp.err($$SELECT rendezvous.set_run_state(NULL, 'failed')$$);
+SELECT pg_temp.err($$SELECT rendezvous.purge_runs(NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.purge_runs('-1 day')$$);
+SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
+
+-- runs and its identity sequence are kept by pg_dump.
+SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
+ WHERE e.extname = 'pg_rendezvous' ORDER BY 1;
+DELETE FROM rendezvous.runs;
