@@ -8,6 +8,13 @@ EXCEPTION WHEN OTHERS THEN
 END
 $$;
 
+-- As a host role with only the documented grants (README, "Installing and grants").
+CREATE ROLE rendezvous_regress_admit LOGIN;
+GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_admit;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_admit;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA rendezvous TO rendezvous_regress_admit;
+SET ROLE rendezvous_regress_admit;
+
 -- The first delivery creates the run; a redelivery returns it.
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
@@ -44,7 +51,13 @@ SELECT pg_temp.err($$SELECT rendezvous.purge_runs(NULL)$$);
 SELECT pg_temp.err($$SELECT rendezvous.purge_runs('-1 day')$$);
 SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
 
+RESET ROLE;
+DELETE FROM rendezvous.runs;
+REVOKE ALL ON ALL TABLES IN SCHEMA rendezvous FROM rendezvous_regress_admit;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA rendezvous FROM rendezvous_regress_admit;
+REVOKE ALL ON SCHEMA rendezvous FROM rendezvous_regress_admit;
+DROP ROLE rendezvous_regress_admit;
+
 -- runs and its identity sequence are kept by pg_dump.
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'pg_rendezvous' ORDER BY 1;
-DELETE FROM rendezvous.runs;

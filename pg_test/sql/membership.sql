@@ -12,6 +12,7 @@ CREATE ROLE rendezvous_regress_host LOGIN;
 -- The grants a host role needs (README, "Grants").
 GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_host;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_host;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA rendezvous TO rendezvous_regress_host;
 SET ROLE rendezvous_regress_host;
 
 SELECT rendezvous.heartbeat('host-a') <= clock_timestamp() AS stamped_by_db;
@@ -59,6 +60,7 @@ SELECT rendezvous.live_hosts();
 RESET ROLE;
 DELETE FROM rendezvous.hosts;
 REVOKE ALL ON ALL TABLES IN SCHEMA rendezvous FROM rendezvous_regress_host;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA rendezvous FROM rendezvous_regress_host;
 REVOKE ALL ON SCHEMA rendezvous FROM rendezvous_regress_host;
 DROP ROLE rendezvous_regress_host;
 
