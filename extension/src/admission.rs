@@ -64,8 +64,13 @@ DECLARE
     -- Parameters are referenced as spawn_run.<name>: bare names are the table's columns.
     existing rendezvous.runs%ROWTYPE;
 BEGIN
-    PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, 256);
-    PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);
+    -- Checks inline (cheap); the helper only runs to raise the error.
+    IF spawn_run.tenant_id IS NULL OR spawn_run.tenant_id = '' OR octet_length(spawn_run.tenant_id) > 256 THEN
+        PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, 256);
+    END IF;
+    IF spawn_run.workflow_ref IS NULL OR spawn_run.workflow_ref = '' OR octet_length(spawn_run.workflow_ref) > 1024 THEN
+        PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);
+    END IF;
     IF spawn_run.input IS NULL THEN
         RAISE EXCEPTION 'input must not be NULL (use ''{}'' for no input)' USING ERRCODE = '22004';
     END IF;
@@ -77,7 +82,9 @@ BEGIN
             RETURNING r.run_id, true, true;
         RETURN;
     END IF;
-    PERFORM rendezvous._check_text('dispatch_key', spawn_run.dispatch_key, 512);
+    IF spawn_run.dispatch_key = '' OR octet_length(spawn_run.dispatch_key) > 512 THEN
+        PERFORM rendezvous._check_text('dispatch_key', spawn_run.dispatch_key, 512);
+    END IF;
     FOR attempt IN 1..5 LOOP
         RETURN QUERY
             INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key)

@@ -10,6 +10,7 @@ mod admission;
 mod call_cache;
 mod errors;
 mod hrw;
+mod leader;
 mod membership;
 
 ::pgrx::pg_module_magic!(name, version);
