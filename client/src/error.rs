@@ -32,6 +32,13 @@ pub enum Error {
     /// A host set's weights were refused.
     #[error(transparent)]
     Weights(#[from] rendezvous_hrw::WeightError),
+    /// A dedicated connection was lost.
+    #[error("connection lost: {0}")]
+    Disconnected(String),
+    /// Session-level locks do not work through this connection: a transaction-mode pooler
+    /// (pgbouncer `pool_mode = transaction`) shares server sessions between clients.
+    #[error("leader election needs a dedicated server session, and this connection does not give one ({0}); connect directly or through a session-mode pooler")]
+    PoolerDetected(String),
     /// A background task panicked or was cancelled.
     #[error("background task failed: {0}")]
     TaskFailed(String),

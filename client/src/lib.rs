@@ -12,11 +12,13 @@
 pub mod admission;
 mod error;
 pub mod hrw;
+pub mod leader;
 pub mod membership;
 pub mod sql;
 
 pub use admission::{spawn_run, Admission};
 pub use error::{Error, Result};
+pub use leader::{LeaderElector, LeaderOptions, Leadership};
 pub use membership::{Membership, MembershipOptions};
 
 use tokio_postgres::GenericClient;

@@ -32,6 +32,18 @@ pub const SET_RUN_STATE: &str = "SELECT rendezvous.set_run_state($1::int8, $2::t
 /// `$1` age in seconds.
 pub const PURGE_RUNS: &str = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))";
 
+/// Claim: `$1` group, `$2` candidate, `$3` wait.
+pub const TRY_LEAD: &str = "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)";
+/// Claim plus the backend pid, to notice a pooler swapping sessions.
+pub const TRY_LEAD_CHECKED: &str = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
+       FROM rendezvous.try_lead($1::text, $2::text, $3::bool) t";
+/// Resign: `$1` group.
+pub const RESIGN: &str = "SELECT rendezvous.resign($1::text)";
+/// Current leader: `$1` group.
+pub const LEADER: &str = "SELECT leader, epoch, pid FROM rendezvous.leader($1::text)";
+/// Fencing check: `$1` group, `$2` epoch.
+pub const ASSERT_LEADER: &str = "SELECT rendezvous.assert_leader($1::text, $2::int8)";
+
 /// The `rendezvous.*` functions this client calls, for the contract test.
 pub const FUNCTIONS: &[&str] = &[
     "hrw_algorithm",
@@ -43,4 +55,8 @@ pub const FUNCTIONS: &[&str] = &[
     "spawn_run",
     "set_run_state",
     "purge_runs",
+    "try_lead",
+    "resign",
+    "leader",
+    "assert_leader",
 ];

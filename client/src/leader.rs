@@ -1,0 +1,441 @@
+//! Leader election for one group: [`LeaderElector`] on its own dedicated connection.
+//!
+//! The leader holds the group's session-level advisory lock (`rendezvous.try_lead`), so its
+//! leadership ends exactly when its session does. Followers wait on that lock (cancellably),
+//! so they take over within milliseconds of the leader's session ending, not at their next
+//! tick.
+//!
+//! **Fail-closed.** `is_leader()` is true only while the leader's last confirmation is
+//! younger than the lease (default 2 × refresh): a leader that cannot reach the database,
+//! whose tick fails or times out, or whose connection breaks stops being leader at once,
+//! and says why. (Seed 002's flock design failed open to leader; with the database
+//! unreachable a host cannot dispatch anyway, and failing open is how duplicate responders
+//! happen.) The server releases the lock when it sees the session end: at once for a killed
+//! process or a terminated backend; for a silently dead network path, only after TCP
+//! keepalives give up, so set `keepalives_idle` in the URL and `tcp_keepalives_*` /
+//! `client_connection_check_interval` on the server (see the README). Until then the group
+//! is leaderless, never double-led: the lease has already ended the old leader's term locally.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, GenericClient, NoTls};
+
+use crate::{sql, Error, Result};
+
+/// One claim attempt's answer (`rendezvous.try_lead`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// True when the calling session holds the group's lock.
+    pub is_leader: bool,
+    /// The current leader (this candidate when `is_leader`), if any.
+    pub leader: Option<String>,
+    /// The current epoch: the fencing token of the current (or last) leadership term.
+    pub epoch: i64,
+}
+
+/// The live leadership of a group (`rendezvous.leader`), from the lock truth in `pg_locks`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLeader {
+    /// Who holds the lock now; `None` when nobody does.
+    pub leader: Option<String>,
+    /// The current (or last) epoch.
+    pub epoch: i64,
+    /// The holder's backend pid.
+    pub pid: Option<i32>,
+}
+
+/// Claims leadership without waiting (idempotent for the holder's own session).
+pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<Claim> {
+    let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await.map_err(Error::from_db)?;
+    Ok(Claim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
+}
+
+/// Gives up leadership if this session holds it.
+pub async fn resign(client: &impl GenericClient, group: &str) -> Result<bool> {
+    let row = client.query_one(sql::RESIGN, &[&group]).await.map_err(Error::from_db)?;
+    Ok(row.get(0))
+}
+
+/// Who leads `group` now.
+pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentLeader> {
+    let row = client.query_one(sql::LEADER, &[&group]).await.map_err(Error::from_db)?;
+    Ok(CurrentLeader { leader: row.get(0), epoch: row.get(1), pid: row.get(2) })
+}
+
+/// Fencing: fails with SQLSTATE `RZ001` unless `epoch` is the live leadership of `group` now.
+/// Call it in the same transaction as a leader's write; a deposed leader's write then either
+/// commits before the new epoch exists or fails.
+pub async fn assert_leader(client: &impl GenericClient, group: &str, epoch: i64) -> Result<()> {
+    client.execute(sql::ASSERT_LEADER, &[&group, &epoch]).await.map_err(Error::from_db)?;
+    Ok(())
+}
+
+/// Settings for a [`LeaderElector`].
+#[derive(Debug, Clone)]
+pub struct LeaderOptions {
+    /// How often the leader confirms its lock and session. Default 5 s (seed 002's tick).
+    pub refresh: Duration,
+    /// How long a confirmation keeps `is_leader()` true. Default 2 × `refresh`.
+    pub lease: Option<Duration>,
+}
+
+impl Default for LeaderOptions {
+    fn default() -> Self {
+        LeaderOptions { refresh: Duration::from_secs(5), lease: None }
+    }
+}
+
+impl LeaderOptions {
+    fn lease(&self) -> Duration {
+        self.lease.unwrap_or(self.refresh * 2)
+    }
+}
+
+/// A change of leadership as the elector sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leadership {
+    /// True while this elector leads (see [`LeaderElector::is_leader`] for the lease check).
+    pub is_leader: bool,
+    /// When leading, this term's epoch; otherwise the last epoch seen.
+    pub epoch: Option<i64>,
+    /// The leader last seen (this candidate when leading).
+    pub leader: Option<String>,
+    /// Why the elector is in this state, in words (for logs and status pages).
+    pub reason: String,
+}
+
+/// One group's leader election for one candidate, on a dedicated connection.
+///
+/// Gate every leader-only action on [`is_leader`](Self::is_leader) (a cheap local read), and
+/// fence leader-only writes with [`assert_leader`] and [`epoch`](Self::epoch) in the same
+/// transaction.
+pub struct LeaderElector {
+    group: String,
+    candidate: String,
+    state: watch::Receiver<Leadership>,
+    /// Nanoseconds since `base` until which leadership is confirmed (0: not leading).
+    valid_until: Arc<AtomicU64>,
+    base: Instant,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<()>>,
+}
+
+impl LeaderElector {
+    /// Starts electing: checks the extension, then runs in the background. Candidate ids must
+    /// be unique among the group's electors (a host id plus a process id is a good one).
+    pub async fn start(database_url: &str, group: &str, candidate: &str, options: LeaderOptions) -> Result<LeaderElector> {
+        for (what, v) in [("group", group), ("candidate", candidate)] {
+            if v.is_empty() || v.len() > 256 {
+                return Err(Error::InvalidArgument(format!("{what} must be 1 to 256 bytes")));
+            }
+        }
+        if options.refresh.is_zero() || options.lease() < options.refresh {
+            return Err(Error::InvalidArgument("refresh must be > 0 and lease >= refresh".into()));
+        }
+        let probe = crate::connect(database_url).await?;
+        crate::check_extension(&probe).await?;
+        drop(probe);
+        let (state_tx, state) = watch::channel(Leadership {
+            is_leader: false,
+            epoch: None,
+            leader: None,
+            reason: "starting".into(),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let valid_until = Arc::new(AtomicU64::new(0));
+        let base = Instant::now();
+        let run = Run {
+            url: database_url.to_owned(),
+            group: group.to_owned(),
+            candidate: candidate.to_owned(),
+            options,
+            state: state_tx,
+            valid_until: valid_until.clone(),
+            base,
+            stop: stop_rx,
+        };
+        let task = tokio::spawn(run.run());
+        Ok(LeaderElector {
+            group: group.to_owned(),
+            candidate: candidate.to_owned(),
+            state,
+            valid_until,
+            base,
+            stop,
+            task,
+        })
+    }
+
+    /// True while this elector leads and its last confirmation is within the lease.
+    pub fn is_leader(&self) -> bool {
+        let until = self.valid_until.load(Ordering::Acquire);
+        until != 0 && (self.base.elapsed().as_nanos() as u64) < until
+    }
+
+    /// This term's epoch while leading (the fencing token for [`assert_leader`]).
+    pub fn epoch(&self) -> Option<i64> {
+        if self.is_leader() {
+            self.state.borrow().epoch
+        } else {
+            None
+        }
+    }
+
+    /// The elector's current view.
+    pub fn leadership(&self) -> Leadership {
+        self.state.borrow().clone()
+    }
+
+    /// A channel of leadership changes.
+    pub fn changes(&self) -> watch::Receiver<Leadership> {
+        self.state.clone()
+    }
+
+    /// The group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// This candidate.
+    pub fn candidate(&self) -> &str {
+        &self.candidate
+    }
+
+    /// Stops electing; a leader resigns first, so a follower takes over at once.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        let outcome = self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?;
+        self.valid_until.store(0, Ordering::Release);
+        match outcome {
+            // A detected pooler already stopped the elector; shutdown itself succeeded.
+            Err(Error::PoolerDetected(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Waits until the background task ends (it ends by itself only on a detected pooler).
+    pub async fn join(self) -> Result<()> {
+        self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?
+    }
+}
+
+/// A dedicated session: its client, its backend pid, and a signal when its connection ends.
+struct Session {
+    client: Client,
+    pid: i32,
+    closed: oneshot::Receiver<()>,
+}
+
+struct Run {
+    url: String,
+    group: String,
+    candidate: String,
+    options: LeaderOptions,
+    state: watch::Sender<Leadership>,
+    valid_until: Arc<AtomicU64>,
+    base: Instant,
+    stop: watch::Receiver<bool>,
+}
+
+enum Held {
+    /// Stop was asked (and the lock was handed back).
+    Stopped,
+    /// Lost the lock or the session; reconnect and compete again.
+    Lost,
+}
+
+impl Run {
+    async fn run(mut self) -> Result<()> {
+        loop {
+            if *self.stop.borrow() {
+                return Ok(());
+            }
+            let mut session = match self.connect().await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.follower(None, None, format!("cannot reach the database: {e}"));
+                    if self.pause(self.options.refresh).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            };
+            match self.compete(&mut session).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e @ Error::PoolerDetected(_)) => {
+                    self.follower(None, None, e.to_string());
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.follower(None, None, format!("election failed: {e}"));
+                    if self.pause(self.options.refresh / 5).await {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Competes on one session until it is lost (Ok(false)) or stop is asked (Ok(true)).
+    async fn compete(&mut self, session: &mut Session) -> Result<bool> {
+        loop {
+            let claim = self.claim(&session.client, session.pid, false).await?;
+            let claim = if claim.is_leader {
+                claim
+            } else {
+                self.follower(claim.leader.clone(), Some(claim.epoch), "another candidate leads".into());
+                // Fast takeover: wait on the lock itself; cancel the wait to stop.
+                let cancel = session.client.cancel_token();
+                let mut stop = self.stop.clone();
+                let outcome = tokio::select! {
+                    r = self.claim(&session.client, session.pid, true) => Some(r),
+                    _ = stop.changed() => None,
+                    _ = &mut session.closed => Some(Err(Error::Disconnected("connection closed while waiting for the lock".into()))),
+                };
+                match outcome {
+                    None => {
+                        let _ = cancel.cancel_query(NoTls).await;
+                        return Ok(true);
+                    }
+                    Some(r) => r?,
+                }
+            };
+            if !claim.is_leader {
+                continue;
+            }
+            match self.hold(session, claim.epoch).await? {
+                Held::Stopped => return Ok(true),
+                Held::Lost => return Ok(false),
+            }
+        }
+    }
+
+    /// Leads until the lock, the session or a confirmation is lost, or stop is asked.
+    async fn hold(&mut self, session: &mut Session, epoch: i64) -> Result<Held> {
+        self.leader(epoch);
+        let mut tick = tokio::time::interval(self.options.refresh);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let mut stop = self.stop.clone();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    self.step_down(Some(epoch), "shutting down".into());
+                    let _ = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
+                    return Ok(Held::Stopped);
+                }
+                _ = &mut session.closed => {
+                    self.step_down(Some(epoch), "connection to the database lost".into());
+                    return Ok(Held::Lost);
+                }
+                _ = tick.tick() => {
+                    match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid, false)).await {
+                        Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(),
+                        Ok(Ok(c)) => {
+                            self.step_down(c.leader.as_ref().map(|_| c.epoch), format!("lost the lock (epoch now {})", c.epoch));
+                            return Ok(Held::Lost);
+                        }
+                        Ok(Err(e @ Error::PoolerDetected(_))) => {
+                            self.step_down(Some(epoch), e.to_string());
+                            return Err(e);
+                        }
+                        Ok(Err(e)) => {
+                            self.step_down(Some(epoch), format!("refresh failed: {e}"));
+                            return Ok(Held::Lost);
+                        }
+                        Err(_) => {
+                            self.step_down(Some(epoch), "refresh timed out".into());
+                            return Ok(Held::Lost);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One `try_lead` on the dedicated session, checking it is still the same backend.
+    async fn claim(&self, client: &Client, session_pid: i32, wait: bool) -> Result<Claim> {
+        let row = client
+            .query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate, &wait])
+            .await
+            .map_err(|e| {
+                if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
+                    Error::PoolerDetected(e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default())
+                } else {
+                    Error::from_db(e)
+                }
+            })?;
+        let pid: i32 = row.get(3);
+        if pid != session_pid {
+            return Err(Error::PoolerDetected(format!(
+                "the session's backend changed from pid {session_pid} to {pid} between statements"
+            )));
+        }
+        Ok(Claim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
+    }
+
+    async fn connect(&self) -> Result<Session> {
+        let mut config: tokio_postgres::Config = self.url.parse().map_err(Error::Connect)?;
+        if config.get_application_name().is_none() {
+            config.application_name(format!("rendezvous leader {} {}", self.group, self.candidate));
+        }
+        let (client, connection) = config.connect(NoTls).await.map_err(Error::Connect)?;
+        let (closed_tx, closed) = oneshot::channel();
+        tokio::spawn(async move {
+            let _ = connection.await;
+            let _ = closed_tx.send(());
+        });
+        let pid: i32 = client
+            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
+            .await
+            .map_err(Error::from_db)?
+            .get(0);
+        Ok(Session { client, pid, closed })
+    }
+
+    /// Sleeps, or returns true at once if stop is asked.
+    async fn pause(&mut self, d: Duration) -> bool {
+        tokio::select! {
+            _ = tokio::time::sleep(d) => *self.stop.borrow(),
+            _ = self.stop.changed() => true,
+        }
+    }
+
+    fn confirm(&self) {
+        let until = self.base.elapsed() + self.options.lease();
+        self.valid_until.store(until.as_nanos() as u64, Ordering::Release);
+    }
+
+    fn leader(&self, epoch: i64) {
+        self.confirm();
+        let me = Some(self.candidate.clone());
+        self.state.send_if_modified(|s| {
+            let next = Leadership { is_leader: true, epoch: Some(epoch), leader: me, reason: "holds the lock".into() };
+            let changed = *s != next;
+            *s = next;
+            changed
+        });
+        tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
+    }
+
+    fn step_down(&self, epoch: Option<i64>, reason: String) {
+        self.valid_until.store(0, Ordering::Release);
+        tracing::warn!(group = %self.group, candidate = %self.candidate, reason = %reason, "stepped down");
+        self.state.send_replace(Leadership { is_leader: false, epoch, leader: None, reason });
+    }
+
+    fn follower(&self, leader: Option<String>, epoch: Option<i64>, reason: String) {
+        self.valid_until.store(0, Ordering::Release);
+        self.state.send_if_modified(|s| {
+            let next = Leadership { is_leader: false, epoch, leader, reason };
+            let changed = *s != next;
+            *s = next;
+            changed
+        });
+    }
+}

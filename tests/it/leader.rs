@@ -1,0 +1,355 @@
+//! Leader election through the client: real processes killed, backends terminated, a server
+//! restart, many candidates, fencing against a racing takeover, and a transaction-mode pooler.
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rendezvous_client::leader::{self, assert_leader};
+use rendezvous_client::{Error, LeaderElector, LeaderOptions};
+use rendezvous_tests::{Cluster, Pgbouncer, TestDb};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_postgres::error::SqlState;
+
+fn fast() -> LeaderOptions {
+    LeaderOptions { refresh: Duration::from_millis(200), lease: None }
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    start.elapsed()
+}
+
+async fn start(url: &str, group: &str, candidate: &str) -> LeaderElector {
+    LeaderElector::start(url, group, candidate, fast()).await.unwrap()
+}
+
+/// Backends holding our advisory lock for `group`, from pg_locks.
+async fn lock_holders(client: &tokio_postgres::Client, group: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_locks k JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
+              WHERE l.group_name = $1 AND k.locktype = 'advisory' AND k.classid = 1380211286::oid
+                AND k.objsubid = 2 AND k.granted",
+            &[&group],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_electors_one_leads_and_graceful_shutdown_hands_over_at_once() {
+    let db = TestDb::new("lead_two").await;
+    let a = start(&db.url, "agent-key", "a").await;
+    let b = start(&db.url, "agent-key", "b").await;
+    wait_until("a leader", Duration::from_secs(5), || a.is_leader() || b.is_leader()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.is_leader() ^ b.is_leader(), "exactly one leads");
+    let (leader, follower) = if a.is_leader() { (a, b) } else { (b, a) };
+    let epoch = leader.epoch().unwrap();
+    assert_eq!(follower.epoch(), None);
+    let client = db.connect().await;
+    let now = leader::leader(&client, "agent-key").await.unwrap();
+    assert_eq!(now.leader.as_deref(), Some(leader.candidate()));
+    assert_eq!(now.epoch, epoch);
+
+    leader.shutdown().await.unwrap();
+    let took = wait_until("the follower to take over", Duration::from_secs(2), || follower.is_leader()).await;
+    assert!(took < Duration::from_millis(500), "handover took {took:?}, not at once");
+    assert_eq!(follower.epoch(), Some(epoch + 1));
+    follower.shutdown().await.unwrap();
+    assert_eq!(leader::leader(&client, "agent-key").await.unwrap().leader, None);
+    assert_eq!(lock_holders(&client, "agent-key").await, 0);
+}
+
+/// A candidate in its own OS process; its stdout says `leader <epoch>` / `follower`.
+struct Process {
+    child: Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    last: String,
+}
+
+impl Process {
+    fn spawn(url: &str, group: &str, candidate: &str) -> Process {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_elector"))
+            .args([url, group, candidate, "200"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = r.next_line().await {
+                let _ = tx.send(line);
+            }
+        });
+        Process { child, lines, last: String::new() }
+    }
+
+    /// Waits for a `leader <epoch>` line; returns the epoch.
+    async fn wait_leader(&mut self, timeout: Duration) -> Option<i64> {
+        let deadline = Instant::now() + timeout;
+        while !self.last.starts_with("leader") {
+            match tokio::time::timeout_at(deadline.into(), self.lines.recv()).await {
+                Ok(Some(line)) => self.last = line,
+                _ => return None,
+            }
+        }
+        self.last.strip_prefix("leader ").map(|e| e.parse().unwrap())
+    }
+
+    fn sigkill(&mut self) {
+        let pid = self.child.id().unwrap();
+        std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_of_the_leader_process_fails_over_fast() {
+    let db = TestDb::new("lead_kill").await;
+    let client = db.connect().await;
+    let mut first = Process::spawn(&db.url, "shared-agent", "p1");
+    let epoch = first.wait_leader(Duration::from_secs(10)).await.expect("p1 leads");
+    let mut second = Process::spawn(&db.url, "shared-agent", "p2");
+    // p2 is a follower waiting on the lock.
+    wait_until_follower_waits(&client, "shared-agent").await;
+    assert_eq!(second.wait_leader(Duration::from_millis(300)).await, None);
+
+    let killed = Instant::now();
+    first.sigkill();
+    let new_epoch = second.wait_leader(Duration::from_secs(5)).await.expect("p2 takes over");
+    let took = killed.elapsed();
+    assert_eq!(new_epoch, epoch + 1);
+    assert!(took < Duration::from_secs(2), "failover took {took:?}");
+    let now = leader::leader(&client, "shared-agent").await.unwrap();
+    assert_eq!((now.leader.as_deref(), now.epoch), (Some("p2"), epoch + 1));
+    drop(second.child.stdin.take()); // graceful: resigns
+    second.child.wait().await.unwrap();
+    assert_eq!(lock_holders(&client, "shared-agent").await, 0);
+}
+
+async fn wait_until_follower_waits(client: &tokio_postgres::Client, group: &str) {
+    let start = Instant::now();
+    loop {
+        let waiting: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_locks k JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
+                  WHERE l.group_name = $1 AND k.locktype = 'advisory' AND NOT k.granted",
+                &[&group],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no follower waiting on the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn terminated_backend_steps_the_leader_down_and_the_follower_takes_over() {
+    let db = TestDb::new("lead_term").await;
+    let admin = db.connect().await;
+    let a = start(&db.url, "g", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let epoch = a.epoch().unwrap();
+    let b = start(&db.url, "g", "b").await;
+    wait_until_follower_waits(&admin, "g").await;
+    let mut a_changes = a.changes();
+    a_changes.borrow_and_update();
+
+    admin
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader g a'",
+            &[],
+        )
+        .await
+        .unwrap();
+    wait_until("b leads", Duration::from_secs(2), || b.is_leader()).await;
+    assert_eq!(b.epoch(), Some(epoch + 1));
+    assert!(!a.is_leader());
+    // a said it stepped down, and why.
+    tokio::time::timeout(Duration::from_secs(2), a_changes.wait_for(|l| !l.is_leader)).await.unwrap().unwrap();
+    let reason = a.leadership().reason;
+    assert!(!reason.is_empty());
+    // a comes back as a follower of b.
+    wait_until("a follows again", Duration::from_secs(5), || a.leadership().leader.as_deref() == Some("b")).await;
+    assert!(!a.is_leader());
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_restart_elects_one_leader_again_with_a_higher_epoch() {
+    let cluster = Cluster::start().await;
+    let a = start(&cluster.url(), "g", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let b = start(&cluster.url(), "g", "b").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = a.epoch().unwrap();
+    assert!(!b.is_leader());
+
+    cluster.restart();
+    wait_until("a leader after the restart", Duration::from_secs(20), || a.is_leader() || b.is_leader()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(a.is_leader() ^ b.is_leader(), "exactly one leads after the restart");
+    let after = a.epoch().or(b.epoch()).unwrap();
+    assert!(after > before, "epoch {after} after the restart is not above {before}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_candidates_never_two_leaders_for_one_epoch() {
+    let db = TestDb::new("lead_many").await;
+    let admin = db.connect().await;
+    let mut electors = Vec::new();
+    for i in 0..10 {
+        electors.push(start(&db.url, "crowd", &format!("c{i}")).await);
+    }
+    let mut seen_epochs = std::collections::BTreeSet::new();
+    for round in 0..12 {
+        // Sample for a while: at most one leader per epoch, at most one lock holder.
+        let until = Instant::now() + Duration::from_millis(150);
+        while Instant::now() < until {
+            let leading: Vec<i64> = electors.iter().filter_map(|e| e.epoch()).collect();
+            let mut distinct = leading.clone();
+            distinct.sort();
+            distinct.dedup();
+            assert_eq!(distinct.len(), leading.len(), "two electors lead epoch(s) {leading:?}");
+            seen_epochs.extend(leading);
+            assert!(lock_holders(&admin, "crowd").await <= 1);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Depose the leader: by terminating its backend, or by restarting it.
+        let Some(i) = electors.iter().position(|e| e.is_leader()) else { continue };
+        if round % 2 == 0 {
+            let name = format!("rendezvous leader crowd {}", electors[i].candidate());
+            admin
+                .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", &[&name])
+                .await
+                .unwrap();
+        } else {
+            let e = electors.remove(i);
+            let name = e.candidate().to_owned();
+            e.shutdown().await.unwrap();
+            electors.push(start(&db.url, "crowd", &name).await);
+        }
+    }
+    assert!(seen_epochs.len() >= 8, "leadership changed hands: {seen_epochs:?}");
+    for e in electors {
+        e.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
+    let db = TestDb::new("lead_fence").await;
+    let admin = db.connect().await;
+    admin.batch_execute("CREATE TABLE decisions (epoch bigint, what text)").await.unwrap();
+    let a = start(&db.url, "fence", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let old = a.epoch().unwrap();
+    let b = start(&db.url, "fence", "b").await;
+    wait_until_follower_waits(&admin, "fence").await;
+
+    // a's guarded write is in flight (fenced, not committed) when a's session dies.
+    let mut writer = db.connect().await;
+    let tx = writer.transaction().await.unwrap();
+    assert_leader(&tx, "fence", old).await.unwrap();
+    tx.execute("INSERT INTO decisions VALUES ($1, 'in flight')", &[&old]).await.unwrap();
+    admin
+        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader fence a'", &[])
+        .await
+        .unwrap();
+    // b has the lock but cannot open its epoch while the fenced write is open.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!b.is_leader(), "the new epoch must wait for the in-flight fenced write");
+    tx.commit().await.unwrap();
+    wait_until("b leads", Duration::from_secs(2), || b.is_leader()).await;
+    assert_eq!(b.epoch(), Some(old + 1));
+
+    // a's next guarded write fails, in its own transaction, and writes nothing.
+    let tx = writer.transaction().await.unwrap();
+    let err = assert_leader(&tx, "fence", old).await.unwrap_err();
+    assert_eq!(err.sqlstate().map(|c| c.code()), Some("RZ001"), "{err}");
+    drop(tx);
+    // b's guarded write succeeds.
+    let tx = writer.transaction().await.unwrap();
+    assert_leader(&tx, "fence", old + 1).await.unwrap();
+    tx.execute("INSERT INTO decisions VALUES ($1, 'new leader')", &[&(old + 1)]).await.unwrap();
+    tx.commit().await.unwrap();
+    let rows: Vec<(i64, String)> = admin
+        .query("SELECT epoch, what FROM decisions ORDER BY epoch", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, [(old, "in flight".to_owned()), (old + 1, "new leader".to_owned())]);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_aborted_claim_leaves_no_lock_and_resign_releases_once() {
+    let db = TestDb::new("lead_abort").await;
+    let mut client = db.connect().await;
+    let tx = client.transaction().await.unwrap();
+    assert!(leader::try_lead(&tx, "g", "x").await.unwrap().is_leader);
+    tx.rollback().await.unwrap();
+    assert_eq!(lock_holders(&client, "g").await, 0, "the aborted claim's lock was given back");
+    // Repeated claims by the holder never stack: one resign releases.
+    for _ in 0..5 {
+        let c = leader::try_lead(&client, "g", "x").await.unwrap();
+        assert!(c.is_leader);
+        assert_eq!(c.epoch, 1);
+    }
+    assert!(leader::resign(&client, "g").await.unwrap());
+    assert_eq!(lock_holders(&client, "g").await, 0);
+    assert!(!leader::resign(&client, "g").await.unwrap());
+    // An application's own bigint advisory lock with the very same bits is another lock.
+    let lock_id: i32 = client
+        .query_one("SELECT lock_id FROM rendezvous.leaders WHERE group_name = 'g'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let app = db.connect().await;
+    app.execute("SELECT pg_advisory_lock(($1::bigint << 32) | $2::bigint)", &[&1_380_211_286i64, &(lock_id as i64)])
+        .await
+        .unwrap();
+    let other = db.connect().await;
+    assert!(leader::try_lead(&other, "g", "y").await.unwrap().is_leader);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transaction_mode_pooler_is_refused_not_double_led() {
+    let cluster = Cluster::start().await;
+    let bouncer = Pgbouncer::transaction_mode(&cluster, 1).await;
+    let a = start(&bouncer.url(), "pooled", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    // b's statements land on the same server session as a's lock.
+    let b = start(&bouncer.url(), "pooled", "b").await;
+    let outcome = tokio::time::timeout(Duration::from_secs(5), b.join()).await.expect("b stops by itself");
+    match outcome {
+        Err(Error::PoolerDetected(why)) => assert!(why.contains("pooler"), "{why}"),
+        other => panic!("expected PoolerDetected, got {other:?}"),
+    }
+    a.shutdown().await.unwrap();
+    let direct = rendezvous_tests::connect(&cluster.url()).await;
+    let err = direct
+        .query("SELECT * FROM rendezvous.try_lead('pooled', '')", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
+    drop(bouncer);
+}
