@@ -1,0 +1,56 @@
+-- Leader claims as a psql user makes them (one session here; tests/ and specs/ cover two).
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+-- Nobody leads a group nobody claimed.
+SELECT leader, epoch, since, pid FROM rendezvous.leader('scheduler');
+
+-- Claim it; repeating the claim (every refresh tick) is idempotent and never stacks the lock.
+SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
+SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
+SELECT leader, epoch, since IS NOT NULL AS has_since, pid = pg_backend_pid() AS mine FROM rendezvous.leader('scheduler');
+SELECT count(*) AS our_locks FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid();
+
+-- The fencing token passes while it is live.
+SELECT rendezvous.assert_leader('scheduler', 1);
+SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', 0)$$);
+
+-- One resign releases it; the epoch stays, nobody leads, and the token is dead.
+SELECT rendezvous.resign('scheduler') AS released, rendezvous.resign('scheduler') AS again;
+SELECT leader, epoch, pid FROM rendezvous.leader('scheduler');
+SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', 1)$$);
+
+-- A new term is a new epoch.
+SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
+SELECT rendezvous.resign('scheduler');
+
+-- A claim whose transaction aborts leaves no lock behind, and no record.
+BEGIN;
+SELECT * FROM rendezvous.try_lead('reports', 'host-a');
+ROLLBACK;
+SELECT count(*) AS our_locks FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid();
+SELECT leader, epoch FROM rendezvous.leader('reports');
+
+-- Groups get distinct allocated lock ids.
+SELECT * FROM rendezvous.try_lead('g1', 'x');
+SELECT * FROM rendezvous.try_lead('g2', 'x');
+SELECT count(DISTINCT lock_id) AS distinct_ids FROM rendezvous.leaders WHERE group_name IN ('g1', 'g2');
+SELECT rendezvous.resign('g1'), rendezvous.resign('g2');
+
+-- Bad input.
+SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead(NULL, 'x')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead('g', NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead('', 'x')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead(repeat('g', 257), 'x')$$);
+SELECT pg_temp.err($$SELECT rendezvous.resign(NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.leader(NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.assert_leader(NULL, 1)$$);
+SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
+DELETE FROM rendezvous.leaders;
