@@ -54,3 +54,7 @@ SELECT pg_temp.err($$SELECT rendezvous.assert_leader(NULL, 1)$$);
 SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', NULL)$$);
 SELECT pg_temp.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
 DELETE FROM rendezvous.leaders;
+
+-- The leader records and the lock id sequence are kept by pg_dump (epochs survive a restore).
+SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
+ WHERE e.extname = 'pg_rendezvous' AND c.relname IN ('leaders', 'leader_lock_ids') ORDER BY 1;
