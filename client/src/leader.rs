@@ -300,6 +300,9 @@ impl Run {
                 match outcome {
                     None => {
                         let _ = cancel.cancel_query(NoTls).await;
+                        // The next statement on this session runs only once the cancelled
+                        // wait has ended; if the wait won the lock first, this gives it back.
+                        let _ = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
                         return Ok(true);
                     }
                     Some(r) => r?,

@@ -353,3 +353,27 @@ async fn a_transaction_mode_pooler_is_refused_not_double_led() {
     assert_eq!(err.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
     drop(bouncer);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutting_down_a_waiting_follower_leaks_no_lock() {
+    let db = TestDb::new("lead_cancel").await;
+    let admin = db.connect().await;
+    let a = start(&db.url, "g", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    for round in 0..5 {
+        let f = start(&db.url, "g", &format!("f{round}")).await;
+        wait_until_follower_waits(&admin, "g").await;
+        // Shut the follower down while its claim is blocked on the lock, mid-call.
+        f.shutdown().await.unwrap();
+    }
+    let waiting: i64 = admin
+        .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND NOT granted", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(waiting, 0, "a cancelled wait is gone");
+    a.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lock_holders(&admin, "g").await, 0, "no cancelled follower picked the lock up");
+    assert_eq!(leader::leader(&admin, "g").await.unwrap().leader, None);
+}
