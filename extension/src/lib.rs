@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 mod admission;
 mod call_cache;
 mod errors;
+mod firing;
 mod hrw;
 mod leader;
 mod membership;

@@ -1,0 +1,222 @@
+//! Exactly-once firing claims: HRW decides which host tries first, the database decides who
+//! wins.
+//!
+//! A firing is `firing:<task_id>:<fire_at in canonical UTC>`; one row per firing holds its live
+//! claim. `claim_firing` is one `INSERT … ON CONFLICT DO UPDATE … WHERE` statement: a first
+//! claim inserts (token 1); a claim on an expired, uncompleted lease takes it over with the
+//! next token; anything else changes nothing. Leases run on the database clock, so hosts'
+//! clocks and their views of membership never decide anything. The token fences the rest:
+//! a stale holder's `complete_firing`, `renew_firing` and `assert_firing` are refused.
+use pgrx::prelude::*;
+
+extension_sql!(
+    r#"
+CREATE TABLE rendezvous.firings (
+    firing_key   text PRIMARY KEY,
+    task_id      text NOT NULL,
+    fire_at      timestamptz NOT NULL,
+    holder       text NOT NULL,
+    token        bigint NOT NULL,
+    claimed_at   timestamptz NOT NULL,
+    lease_until  timestamptz NOT NULL,
+    completed_at timestamptz,
+    attempts     integer NOT NULL DEFAULT 1
+);
+COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
+CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
+
+-- The firing key: the same instant in any time zone or precision is the same firing.
+CREATE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF task_id IS NULL THEN
+        RAISE EXCEPTION 'task_id must not be NULL' USING ERRCODE = '22004';
+    ELSIF task_id = '' OR octet_length(task_id) > 256 THEN
+        RAISE EXCEPTION 'task_id must be 1 to 256 bytes (got %)', octet_length(task_id) USING ERRCODE = '22023';
+    ELSIF fire_at IS NULL THEN
+        RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT isfinite(fire_at) THEN
+        RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
+    END IF;
+    RETURN 'firing:' || task_id || ':'
+        || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
+$$;
+
+CREATE FUNCTION rendezvous._check_lease(lease interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'lease must not be NULL' USING ERRCODE = '22004';
+    ELSIF lease <= interval '0' OR NOT isfinite(lease) THEN
+        RAISE EXCEPTION 'lease must be a positive, finite interval (got %)', lease USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION rendezvous.claim_firing(
+    task_id text,
+    fire_at timestamptz,
+    host_id text,
+    lease   interval DEFAULT '5 min'
+) RETURNS TABLE (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
+    fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
+    now_ timestamptz;
+BEGIN
+    PERFORM rendezvous._check_host_id(claim_firing.host_id);
+    IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
+        PERFORM rendezvous._check_lease(claim_firing.lease);
+    END IF;
+    FOR attempt IN 1..5 LOOP
+        now_ := pg_catalog.clock_timestamp();
+        RETURN QUERY
+            INSERT INTO rendezvous.firings AS f
+                (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, 1, now_,
+                    now_ + claim_firing.lease)
+            ON CONFLICT (firing_key) DO UPDATE
+               SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+                   lease_until = excluded.lease_until, attempts = f.attempts + 1
+             WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+            RETURNING true, f.holder, f.token, false, f.lease_until;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
+        RETURN QUERY
+            SELECT false, f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+              FROM rendezvous.firings f WHERE f.firing_key = fk;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'could not claim %: it is being purged concurrently', fk USING ERRCODE = '40001';
+END
+$$;
+COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
+    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease.';
+
+CREATE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
+BEGIN
+    IF complete_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f
+       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+     WHERE f.firing_key = fk AND f.token = complete_firing.token;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
+    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
+
+CREATE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '5 min')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(renew_firing.task_id, renew_firing.fire_at);
+    until timestamptz;
+BEGIN
+    IF renew_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._check_lease(renew_firing.lease);
+    UPDATE rendezvous.firings f
+       SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease
+     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.completed_at IS NULL
+    RETURNING f.lease_until INTO until;
+    RETURN until;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) IS
+    'Extends a live claim''s lease from now; NULL when token is stale or the firing is done (stop working on it).';
+
+CREATE FUNCTION rendezvous.release_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(release_firing.task_id, release_firing.fire_at);
+BEGIN
+    IF release_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
+     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.completed_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_firing(text, timestamptz, bigint) IS
+    'Gives a claim up early, uncompleted, so another host can take it at once.';
+
+CREATE FUNCTION rendezvous.assert_firing(task_id text, fire_at timestamptz, token bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(assert_firing.task_id, assert_firing.fire_at);
+    current_token bigint;
+BEGIN
+    IF assert_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
+    -- fenced here commits before a new token exists, or fails.
+    SELECT f.token INTO current_token FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
+    ELSIF current_token <> assert_firing.token THEN
+        RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
+            USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) IS
+    'Fencing: raises RZ001 unless token is the firing''s current claim. Call it in the same transaction as the firing''s writes.';
+
+CREATE FUNCTION rendezvous.purge_firings(older_than interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    IF older_than IS NULL THEN
+        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
+    ELSIF older_than < interval '0' THEN
+        RAISE EXCEPTION 'older_than must not be negative (got %)', older_than USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM rendezvous.firings f
+     WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than;
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
+    'Deletes completed firings older than older_than; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
+"#,
+    name = "firing",
+    requires = ["membership"],
+);

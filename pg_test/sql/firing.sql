@@ -1,0 +1,59 @@
+-- Firing claims as a psql user makes them; tests/ drives many hosts at once.
+CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE stmt;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+-- The same instant, written in any zone or precision, is the same firing.
+SELECT rendezvous.firing_key('nightly-report', '2026-11-29 00:00:00+00');
+SELECT rendezvous.firing_key('nightly-report', '2026-11-29 01:00:00.000000+01')
+     = rendezvous.firing_key('nightly-report', '2026-11-28 19:00:00-05') AS same_instant;
+
+-- First claim wins with token 1; the next host is told who holds it.
+SELECT claimed, holder, token, completed FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-a', '1 hour');
+SELECT claimed, holder, token, completed FROM rendezvous.claim_firing('nightly-report', '2026-11-28 19:00:00-05', 'host-b', '1 hour');
+-- Even the holder cannot claim its live claim twice.
+SELECT claimed, holder, token FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-a');
+
+-- Fencing and renewal with the live token pass; a wrong token does not.
+SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1);
+SELECT rendezvous.renew_firing('nightly-report', '2026-11-29 00:00:00+00', 1, '1 hour') > clock_timestamp() AS renewed;
+SELECT pg_temp.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 7)$$);
+SELECT rendezvous.renew_firing('nightly-report', '2026-11-29 00:00:00+00', 7) IS NULL AS stale_renewal_refused;
+
+-- An expired, uncompleted claim is taken over with a higher token (expire it by releasing).
+SELECT rendezvous.release_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS released;
+SELECT claimed, holder, token FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-b', '1 hour');
+-- The stale holder's completion and fenced write are rejected.
+SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS stale_completion;
+SELECT pg_temp.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1)$$);
+-- The new holder completes; a completed firing is never claimed again.
+SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 2) AS completed,
+       rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 2) AS again;
+SELECT claimed, holder, token, completed FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-c');
+SELECT task_id, holder, token, attempts, completed_at IS NOT NULL AS done FROM rendezvous.firings;
+
+-- Purge: completed firings older than the bound.
+SELECT rendezvous.purge_firings('1 hour') AS kept, rendezvous.purge_firings('0 s') AS purged;
+
+-- Bad input.
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing(NULL, now(), 'h')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('', now(), 'h')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', NULL, 'h')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', 'infinity', 'h')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', '-infinity', 'h')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), NULL)$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '0 s')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '-1 min')$$);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.complete_firing('t', now(), NULL)$$);
+SELECT pg_temp.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:00+00', 1)$$);
+SELECT pg_temp.err($$SELECT rendezvous.purge_firings('-1 s')$$);
+SELECT count(*) AS firings_left FROM rendezvous.firings;
+
+SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
+ WHERE e.extname = 'pg_rendezvous' AND c.relname IN ('firings') ORDER BY 1;
