@@ -11,6 +11,7 @@
 
 pub mod admission;
 mod error;
+pub mod firing;
 pub mod hrw;
 pub mod leader;
 pub mod membership;
@@ -18,6 +19,7 @@ pub mod sql;
 
 pub use admission::{spawn_run, Admission};
 pub use error::{Error, Result};
+pub use firing::{Dispatcher, DispatcherOptions, Firing, FiringContext};
 pub use leader::{LeaderElector, LeaderOptions, Leadership};
 pub use membership::{Membership, MembershipOptions};
 

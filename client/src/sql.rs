@@ -44,6 +44,25 @@ pub const LEADER: &str = "SELECT leader, epoch, pid FROM rendezvous.leader($1::t
 /// Fencing check: `$1` group, `$2` epoch.
 pub const ASSERT_LEADER: &str = "SELECT rendezvous.assert_leader($1::text, $2::int8)";
 
+/// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
+pub const CLAIM_FIRING: &str = "SELECT claimed, holder, token, completed, lease_until
+       FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))";
+/// `$1` task, `$2` fire_at, `$3` token.
+pub const COMPLETE_FIRING: &str = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)";
+/// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.
+pub const RENEW_FIRING: &str = "SELECT rendezvous.renew_firing($1::text, $2::timestamptz, $3::int8, pg_catalog.make_interval(secs => $4::float8))";
+/// `$1` task, `$2` fire_at, `$3` token.
+pub const RELEASE_FIRING: &str = "SELECT rendezvous.release_firing($1::text, $2::timestamptz, $3::int8)";
+/// `$1` task, `$2` fire_at, `$3` token.
+pub const ASSERT_FIRING: &str = "SELECT rendezvous.assert_firing($1::text, $2::timestamptz, $3::int8)";
+/// Status of many firings at once (a read, not a claim): `$1` tasks, `$2` fire_ats; per input,
+/// whether it was ever claimed, whether it is done, and its remaining lease in seconds.
+pub const FIRING_STATUS: &str = "SELECT f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
+            coalesce(extract(epoch FROM f.lease_until - pg_catalog.clock_timestamp()), 0)::float8
+       FROM unnest($1::text[], $2::timestamptz[]) WITH ORDINALITY AS u(task_id, fire_at, i)
+       LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+      ORDER BY u.i";
+
 /// The `rendezvous.*` functions this client calls, for the contract test.
 pub const FUNCTIONS: &[&str] = &[
     "hrw_algorithm",
@@ -59,4 +78,10 @@ pub const FUNCTIONS: &[&str] = &[
     "resign",
     "leader",
     "assert_leader",
+    "firing_key",
+    "claim_firing",
+    "complete_firing",
+    "renew_firing",
+    "release_firing",
+    "assert_firing",
 ];

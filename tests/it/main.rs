@@ -1,5 +1,6 @@
 //! Integration tests against a real cluster, through the client. Run by scripts/test.sh.
 mod admission;
+mod firing;
 mod hrw;
 mod leader;
 mod membership;

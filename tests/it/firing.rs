@@ -1,0 +1,288 @@
+//! Exactly-once firing claims through the client: divergent views and skewed clocks, real
+//! process deaths, stale holders, and many concurrent claimers.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::{Rng, SeedableRng};
+use rendezvous_client::firing::{assert_firing, claim_firing, Clock};
+use rendezvous_client::hrw::HostSet;
+use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
+use rendezvous_tests::TestDb;
+use tokio::sync::Barrier;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_and_sql_agree_on_firing_keys() {
+    let db = TestDb::new("fire_keys").await;
+    let client = db.connect().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    let mut firings = vec![
+        Firing::new("t", UNIX_EPOCH),
+        Firing::new("t", UNIX_EPOCH + Duration::from_nanos(1_999)),
+        Firing::new("t", UNIX_EPOCH + Duration::from_secs(946_684_800)), // 2000-01-01
+        Firing::new("leap", UNIX_EPOCH + Duration::from_secs(951_782_400)), // 2000-02-29
+    ];
+    for i in 0..500 {
+        let secs = rng.random_range(0..4_102_444_800u64); // to 2100
+        let nanos = rng.random_range(0..1_000_000_000u32);
+        firings.push(Firing::new(format!("task-{i}"), UNIX_EPOCH + Duration::new(secs, nanos)));
+    }
+    for f in &firings {
+        let sql: String = client
+            .query_one("SELECT rendezvous.firing_key($1, $2)", &[&f.task_id, &f.fire_at])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(f.key(), sql, "{f:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_concurrent_claimers_one_wins() {
+    let db = TestDb::new("fire_twenty").await;
+    let firing = Firing::new("hot", SystemTime::now());
+    for round in 0..5 {
+        let firing = Firing::new(format!("hot-{round}"), firing.fire_at);
+        let barrier = Arc::new(Barrier::new(20));
+        let mut tasks = Vec::new();
+        for i in 0..20 {
+            let client = db.connect().await;
+            let (barrier, firing) = (barrier.clone(), firing.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                claim_firing(&client, &firing, &format!("host-{i}"), Duration::from_secs(60)).await.unwrap()
+            }));
+        }
+        let mut claims = Vec::new();
+        for t in tasks {
+            claims.push(t.await.unwrap());
+        }
+        let winners: Vec<_> = claims.iter().filter(|c| c.claimed).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {claims:?}");
+        assert!(claims.iter().all(|c| c.holder == winners[0].holder && c.token == 1));
+    }
+}
+
+/// The test seed 000 could not pass: hosts with deliberately different views of the live set
+/// and local clocks minutes apart all dispatch the same firings at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn divergent_views_and_skewed_clocks_still_execute_every_firing_exactly_once() {
+    let db = TestDb::new("fire_partition").await;
+    let hosts = ["h0", "h1", "h2", "h3", "h4"];
+    // Each host's view of the live set: several hosts believe they rank first for many keys.
+    let views: [&[&str]; 5] = [&["h0"], &["h0", "h1"], &["h1", "h2", "h3"], &["h3", "h4"], &hosts];
+    // Local clocks minutes apart (one 4 minutes slow, one 5 minutes fast).
+    let skews_secs: [i64; 5] = [-240, -120, 0, 120, 300];
+    let fire_at = SystemTime::now() - Duration::from_secs(600);
+    let due: Vec<Firing> = (0..1000).map(|i| Firing::new(format!("report-{i}"), fire_at)).collect();
+    let executions: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+
+    let mut tasks = Vec::new();
+    for (i, host) in hosts.iter().enumerate() {
+        let skew = skews_secs[i];
+        let clock = Clock::Local(Arc::new(move || {
+            let now = SystemTime::now();
+            if skew >= 0 { now + Duration::from_secs(skew as u64) } else { now - Duration::from_secs((-skew) as u64) }
+        }));
+        let options = DispatcherOptions {
+            grace: Duration::from_millis(20),
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(50),
+            clock,
+            ..DispatcherOptions::default()
+        };
+        let dispatcher = Dispatcher::connect(&db.url, host, options).await.unwrap();
+        let view = HostSet::new(views[i].iter());
+        let (due, executions) = (due.clone(), executions.clone());
+        tasks.push(tokio::spawn(async move {
+            dispatcher
+                .dispatch(&due, &view, |ctx| {
+                    let executions = executions.clone();
+                    async move {
+                        *executions.lock().unwrap().entry(ctx.key.clone()).or_default() += 1;
+                        tokio::task::yield_now().await;
+                        Ok(())
+                    }
+                })
+                .await
+                .unwrap()
+        }));
+    }
+    let mut total_executed = 0;
+    for t in tasks {
+        total_executed += t.await.unwrap().executed;
+    }
+    let executions = executions.lock().unwrap();
+    assert_eq!(executions.len(), 1000, "every firing executed (none lost)");
+    let twice: Vec<_> = executions.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(twice.is_empty(), "executed more than once: {twice:?}");
+    assert_eq!(total_executed, 1000);
+    let client = db.connect().await;
+    let done: i64 = client
+        .query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL AND token = 1", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(done, 1000, "every firing completed by its one claim");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
+    let db = TestDb::new("fire_stale").await;
+    let firing = Firing::new("slow", SystemTime::now() - Duration::from_secs(5));
+    let due = vec![firing.clone()];
+    let view = HostSet::new(["slow-host", "other-host"]);
+    let (fenced_tx, mut fenced_rx) = tokio::sync::mpsc::unbounded_channel();
+
+    // slow-host claims first (it is alone in its view) with a short lease it never renews,
+    // and works past it.
+    let slow = Dispatcher::connect(
+        &db.url,
+        "slow-host",
+        DispatcherOptions {
+            lease: Duration::from_millis(300),
+            renew_every: Some(Duration::from_secs(60)),
+            poll: Duration::from_millis(50),
+            grace: Duration::ZERO,
+            ..DispatcherOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let writer = db.connect().await;
+    let writer = Arc::new(tokio::sync::Mutex::new(writer));
+    let slow_task = {
+        let (due, fenced_tx, writer) = (due.clone(), fenced_tx.clone(), writer.clone());
+        tokio::spawn(async move {
+            slow.dispatch(&due, &HostSet::new(["slow-host"]), |ctx| {
+                let (fenced_tx, writer) = (fenced_tx.clone(), writer.clone());
+                async move {
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                    let mut w = writer.lock().await;
+                    let tx = w.transaction().await.unwrap();
+                    let fenced = assert_firing(&tx, &ctx.firing, ctx.token).await;
+                    fenced_tx.send((ctx.token, fenced.map_err(|e| e.sqlstate().map(|c| c.code().to_owned())))).unwrap();
+                    Ok(())
+                }
+            })
+            .await
+            .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // other-host takes over once the lease expired, runs it and completes it.
+    let other = Dispatcher::connect(
+        &db.url,
+        "other-host",
+        DispatcherOptions { lease: Duration::from_secs(30), poll: Duration::from_millis(50), grace: Duration::ZERO, ..DispatcherOptions::default() },
+    )
+    .await
+    .unwrap();
+    let other_report = other
+        .dispatch(&due, &view, |ctx| async move {
+            assert_eq!(ctx.token, 2, "the takeover has a higher token");
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(other_report.executed, 1);
+    assert_eq!(other_report.takeovers, 1);
+    let slow_report = slow_task.await.unwrap();
+    assert_eq!(slow_report.stale_completions, 1, "the stale holder's completion was refused: {slow_report:?}");
+    assert_eq!(slow_report.executed, 0);
+    let (token, fenced) = fenced_rx.recv().await.unwrap();
+    assert_eq!(token, 1);
+    assert_eq!(fenced, Err(Some("RZ001".to_owned())), "the stale holder's fenced write was refused");
+    let client = db.connect().await;
+    let row = client.query_one("SELECT token, holder, completed_at IS NOT NULL FROM rendezvous.firings", &[]).await.unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, String>(1), row.get::<_, bool>(2)), (2, "other-host".into(), true));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() {
+    let db = TestDb::new("fire_kill").await;
+    let client = db.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE executions (firing_key text, token bigint, host_id text, claimed_at timestamptz);
+             CREATE TABLE effects (firing_key text, token bigint);",
+        )
+        .await
+        .unwrap();
+    let hosts = "k0,k1,k2";
+    let fire_at = (SystemTime::now() - Duration::from_secs(60)).duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
+    let lease_ms = 1500;
+    let spawn = |host: &str| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+            .args([&db.url, host, hosts, "150", &fire_at, &lease_ms.to_string(), "300"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let mut k0 = spawn("k0");
+    let k1 = spawn("k1");
+    let k2 = spawn("k2");
+    // Kill k0 mid-firing: while it has executions started and not completed.
+    let start = std::time::Instant::now();
+    loop {
+        let in_flight: i64 = client
+            .query_one(
+                "SELECT count(*) FROM executions e JOIN rendezvous.firings f
+                    ON f.firing_key = e.firing_key AND f.token = e.token
+                  WHERE e.host_id = 'k0' AND f.completed_at IS NULL",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if in_flight > 0 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "k0 never had a firing in flight");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    k0.start_kill().unwrap();
+    k0.wait().await.unwrap();
+    for child in [k1, k2] {
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+        assert!(out.status.success());
+    }
+
+    // Every firing completed; its effect, written in the transaction that completes it, exactly once.
+    let completed: i64 = client.query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", &[]).await.unwrap().get(0);
+    assert_eq!(completed, 150, "none lost");
+    let effects: Vec<(String, i64)> = client
+        .query("SELECT firing_key, count(*) FROM effects GROUP BY 1", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(effects.len(), 150);
+    assert!(effects.iter().all(|(_, n)| *n == 1), "a fenced effect happened twice");
+    // A firing ran again only after the previous claim's lease had run out (database clock),
+    // with a higher token.
+    let repeats = client
+        .query(
+            "SELECT firing_key, array_agg(token ORDER BY token), array_agg(host_id ORDER BY token),
+                    array_agg(claimed_at ORDER BY token)
+               FROM executions GROUP BY 1 HAVING count(*) > 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(!repeats.is_empty(), "k0 died holding claims: some firing was taken over");
+    for row in &repeats {
+        let tokens: Vec<i64> = row.get(1);
+        let hosts: Vec<String> = row.get(2);
+        let claimed: Vec<SystemTime> = row.get(3);
+        assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens must increase: {tokens:?}");
+        assert!(hosts[..hosts.len() - 1].iter().all(|h| h == "k0"), "only the killed host's runs repeat: {hosts:?}");
+        // A claim's lease only grows (renewals), so the next claim came at least a lease later.
+        for w in claimed.windows(2) {
+            let gap = w[1].duration_since(w[0]).unwrap();
+            assert!(gap >= Duration::from_millis(lease_ms), "claimed again after {gap:?}, before the {lease_ms} ms lease ran out");
+        }
+    }
+}
