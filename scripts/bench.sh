@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover ...]     (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing ...]     (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster with
 # default durability settings.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
 benches=("$@")
-[ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover)
+[ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing)
 # Each bench lives in the crate whose pieces it measures.
 package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-client; else echo rendezvous-tests; fi; }
 "$ROOT_DIR/scripts/setup.sh"

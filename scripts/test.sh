@@ -4,7 +4,8 @@
 #   2. unit tests of the shared HRW crate and the client (`cargo test`)
 #   3. the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS user)
 #   4. install the extension, start a throwaway cluster, run the SQL suites under pg_test/
-#      (pg_regress and isolation specs) and the Rust integration tests under tests/
+#      (pg_regress and isolation specs), the Rust integration tests under tests/, and a short
+#      `rendezvous fleet --chaos` that must PASS
 # Every cluster it starts is stopped on exit, failure included.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -56,7 +57,7 @@ if ls pg_test/specs/*.spec >/dev/null 2>&1; then
   fi
 fi
 
-log "integration tests under tests/"
-cargo test --quiet -p rendezvous-tests
+log "integration tests under tests/, and the fleet (the main job) under chaos"
+cargo test --quiet -p rendezvous-tests -p rendezvous-cli
 
 log "all tests passed"

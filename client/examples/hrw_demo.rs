@@ -1,6 +1,6 @@
 //! The main job for now: a few hosts join the live set through PostgreSQL, we show who owns
 //! which keys, and what moves when a host leaves and another joins.
-//! Run: `scripts/demo.sh` (starts a throwaway cluster); or `cargo run --example demo -- <url>`.
+//! Run: `cargo run -p rendezvous-client --example hrw_demo -- <database-url>`.
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ async fn main() -> Result<()> {
     let url = std::env::args()
         .nth(1)
         .or_else(|| std::env::var("DATABASE_URL").ok())
-        .expect("usage: demo <database-url> (or set DATABASE_URL)");
+        .expect("usage: hrw_demo <database-url> (or set DATABASE_URL)");
     let client = rendezvous_client::connect(&url).await?;
     let version = rendezvous_client::check_extension(&client).await?;
     println!("pg_rendezvous {version}, HRW algorithm {}\n", rendezvous_client::hrw::ALGORITHM);

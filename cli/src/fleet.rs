@@ -1,0 +1,389 @@
+//! `rendezvous fleet`: N hosts as separate OS processes against one database, optionally under
+//! chaos, with live progress and a final report and verdict.
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::{Rng, SeedableRng};
+use tokio::process::{Child, Command};
+use tokio_postgres::Client;
+
+use crate::args::Args;
+use crate::host::HostPlan;
+
+/// Fleet settings.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// Database URL; `None` starts a throwaway cluster.
+    pub url: Option<String>,
+    /// Number of hosts.
+    pub hosts: usize,
+    /// How long firings are due for.
+    pub duration: Duration,
+    /// Recurring tasks, and their period.
+    pub tasks: u32,
+    /// Period of each task.
+    pub period: Duration,
+    /// Kill, pause, cut off and mislead hosts while it runs.
+    pub chaos: bool,
+    /// Seed for the chaos.
+    pub seed: u64,
+}
+
+impl FleetOptions {
+    /// From `rendezvous fleet` flags.
+    pub fn from_args(a: &Args) -> Result<FleetOptions, String> {
+        let o = FleetOptions {
+            url: a.get("database-url").map(str::to_owned),
+            hosts: a.num("hosts", 6)?,
+            duration: Duration::from_secs(a.num("duration", 60)?),
+            tasks: a.num("tasks", 12)?,
+            period: Duration::from_millis(a.num("period-ms", 1000)?),
+            chaos: a.on("chaos"),
+            seed: a.num("seed", 1)?,
+        };
+        if o.hosts < 2 || o.hosts > 64 {
+            return Err("--hosts must be 2 to 64".into());
+        }
+        if o.tasks == 0 || o.period < Duration::from_millis(100) {
+            return Err("--tasks must be > 0 and --period-ms >= 100".into());
+        }
+        Ok(o)
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS fleet_starts (tag text, firing_key text, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_effects (tag text, firing_key text, token bigint, host_id text, run_id bigint, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id bigint, created boolean);
+CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());";
+
+struct Host {
+    plan: HostPlan,
+    child: Option<Child>,
+    stopped: bool,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+fn spawn(plan: &HostPlan) -> Result<Child, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    Command::new(exe)
+        .args(plan.to_args())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start a host process: {e}"))
+}
+
+fn signal(child: &Child, sig: &str) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+    }
+}
+
+/// The final figures.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Firings that came due.
+    pub due: i64,
+    /// Firings completed.
+    pub completed: i64,
+    /// Firings whose effect (written with their completion) exists more than once.
+    pub executed_twice: i64,
+    /// Firings never completed.
+    pub lost: i64,
+    /// Firings started again after a holder died or stalled past its lease.
+    pub rerun_after_takeover: i64,
+    /// Runs admitted (one per firing key expected).
+    pub runs: i64,
+    /// spawn_run calls that returned an existing run.
+    pub deduplicated: i64,
+    /// Firing keys with more than one run.
+    pub keys_with_two_runs: i64,
+    /// Leader epochs that saw leader actions from two hosts.
+    pub split_brain_epochs: i64,
+    /// Leadership terms during the run.
+    pub leader_terms: i64,
+    /// Failover latencies measured after killing the leader.
+    pub failovers: Vec<Duration>,
+    /// Chaos events by kind.
+    pub chaos: BTreeMap<&'static str, u32>,
+}
+
+impl Report {
+    /// True when every guarantee held.
+    pub fn pass(&self) -> bool {
+        self.executed_twice == 0
+            && self.lost == 0
+            && self.keys_with_two_runs == 0
+            && self.split_brain_epochs == 0
+            && self.completed == self.due
+            && self.runs == self.due
+    }
+}
+
+/// Runs the fleet; returns the report (the caller prints it and sets the exit status).
+pub async fn run(o: FleetOptions) -> Result<Report, String> {
+    let _cluster;
+    let url = match &o.url {
+        Some(u) => u.clone(),
+        None => {
+            println!("starting a throwaway PostgreSQL (temp dir, own port)…");
+            _cluster = crate::cluster::Cluster::start().await?;
+            println!("  database: {}   (watch it: rendezvous status --database-url {})", _cluster.url(), _cluster.url());
+            _cluster.url()
+        }
+    };
+    let admin = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
+    rendezvous_client::check_extension(&admin).await.map_err(|e| e.to_string())?;
+    admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())?;
+    let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);
+    let start = SystemTime::now() + Duration::from_secs(2);
+    let end = start + o.duration;
+    let base = HostPlan {
+        url: url.clone(),
+        host_id: String::new(),
+        tag: tag.clone(),
+        tasks: o.tasks,
+        period: o.period,
+        start_ms: unix_ms(start),
+        end_ms: unix_ms(end),
+        skew_ms: 0,
+        hide: None,
+    };
+    let due = base.all_firings().len() as i64;
+    println!(
+        "fleet {tag}: {} hosts, {} tasks every {:?}, {:?} of firings ({due} due){}",
+        o.hosts,
+        o.tasks,
+        o.period,
+        o.duration,
+        if o.chaos { ", with chaos" } else { "" }
+    );
+    let mut hosts: Vec<Host> = (0..o.hosts)
+        .map(|i| Host { plan: HostPlan { host_id: format!("host-{i}"), ..base.clone() }, child: None, stopped: false })
+        .collect();
+    for h in &mut hosts {
+        h.child = Some(spawn(&h.plan)?);
+    }
+    let mut report = Report { due, ..Report::default() };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
+    let mut next_chaos = Instant::now() + Duration::from_secs(3);
+    let mut next_progress = Instant::now();
+    let group = base.group();
+    let deadline = end + Duration::from_secs(45);
+    // Ctrl-C stops the hosts and the throwaway cluster cleanly.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let interrupted = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+    }
+    loop {
+        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            for h in &mut hosts {
+                if let Some(c) = &mut h.child {
+                    signal(c, "CONT");
+                    let _ = c.start_kill();
+                }
+            }
+            return Err("interrupted".into());
+        }
+        // A host process that exits early (its sessions were cut and it gave up) is restarted,
+        // as a supervisor would; one that exits after the end has finished.
+        for h in &mut hosts {
+            if let Some(c) = &mut h.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    h.child = None;
+                    h.stopped = false;
+                    if !status.success() && SystemTime::now() < end {
+                        h.child = Some(spawn(&h.plan)?);
+                        *report.chaos.entry("restart after a host process exited").or_default() += 1;
+                    }
+                }
+            }
+        }
+        let alive = hosts.iter().filter(|h| h.child.is_some()).count();
+        if alive == 0 && SystemTime::now() >= end {
+            break;
+        }
+        if SystemTime::now() > deadline {
+            for h in &mut hosts {
+                if let Some(c) = &mut h.child {
+                    let _ = c.start_kill();
+                }
+            }
+            println!("hosts did not finish by the deadline; stopping them");
+            break;
+        }
+        if Instant::now() >= next_progress {
+            next_progress += Duration::from_secs(1);
+            progress(&admin, &tag, &group, &hosts, due, &report).await;
+        }
+        if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
+            next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
+            chaos_step(&admin, &group, &mut hosts, &mut rng, &mut report).await?;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    finish(&admin, &tag, &group, &mut report).await?;
+    Ok(report)
+}
+
+async fn progress(admin: &Client, tag: &str, group: &str, hosts: &[Host], due: i64, report: &Report) {
+    let done: i64 = admin
+        .query_one("SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL", &[&format!("{tag}-%")])
+        .await
+        .map(|r| r.get(0))
+        .unwrap_or(-1);
+    let leader = rendezvous_client::leader::leader(admin, group).await.ok();
+    let up = hosts.iter().filter(|h| h.child.is_some() && !h.stopped).count();
+    let paused = hosts.iter().filter(|h| h.stopped).count();
+    println!(
+        "  hosts up {up}/{} (paused {paused}) | leader {} epoch {} | firings done {done}/{due} | failovers {}",
+        hosts.len(),
+        leader.as_ref().and_then(|l| l.leader.clone()).unwrap_or_else(|| "-".into()),
+        leader.as_ref().map(|l| l.epoch).unwrap_or(0),
+        report.failovers.len(),
+    );
+}
+
+async fn chaos_step(
+    admin: &Client,
+    group: &str,
+    hosts: &mut [Host],
+    rng: &mut impl Rng,
+    report: &mut Report,
+) -> Result<(), String> {
+    // Continue anyone paused before picking the next act.
+    for h in hosts.iter_mut().filter(|h| h.stopped) {
+        if let Some(c) = &h.child {
+            signal(c, "CONT");
+        }
+        h.stopped = false;
+    }
+    let leader_now = rendezvous_client::leader::leader(admin, group).await.map_err(|e| e.to_string())?;
+    let i = rng.random_range(0..hosts.len());
+    match rng.random_range(0..4) {
+        0 => {
+            // SIGKILL (prefer the leader, to measure failover), then restart it, misled.
+            let target = leader_now
+                .leader
+                .as_ref()
+                .and_then(|l| hosts.iter().position(|h| &h.plan.host_id == l))
+                .filter(|_| rng.random_bool(0.6))
+                .unwrap_or(i);
+            let was_leader = leader_now.leader.as_deref() == Some(hosts[target].plan.host_id.as_str());
+            if let Some(c) = &mut hosts[target].child {
+                let killed = Instant::now();
+                let _ = c.start_kill();
+                let _ = c.wait().await;
+                *report.chaos.entry("SIGKILL").or_default() += 1;
+                if was_leader {
+                    let before = leader_now.epoch;
+                    while killed.elapsed() < Duration::from_secs(10) {
+                        let now = rendezvous_client::leader::leader(admin, group).await.map_err(|e| e.to_string())?;
+                        if now.epoch > before && now.leader.is_some() {
+                            report.failovers.push(killed.elapsed());
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                }
+            }
+            // Back with a divergent view of the live set and a clock minutes off.
+            let others: Vec<String> =
+                hosts.iter().filter(|h| h.plan.host_id != hosts[target].plan.host_id).map(|h| h.plan.host_id.clone()).collect();
+            let h = &mut hosts[target];
+            h.plan.hide = Some(others[rng.random_range(0..others.len())].clone());
+            h.plan.skew_ms = rng.random_range(-180_000..180_000);
+            h.child = Some(spawn(&h.plan)?);
+            *report.chaos.entry("restart with divergent view and skewed clock").or_default() += 1;
+        }
+        1 => {
+            // SIGSTOP: a stalled host whose leases expire under it; SIGCONT at the next step.
+            if let Some(c) = &hosts[i].child {
+                signal(c, "STOP");
+                hosts[i].stopped = true;
+                *report.chaos.entry("SIGSTOP/SIGCONT").or_default() += 1;
+            }
+        }
+        _ => {
+            // Terminate the host's backends: its membership, election and dispatcher sessions.
+            let pattern = format!("rendezvous % {}", hosts[i].plan.host_id);
+            admin
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1",
+                    &[&pattern],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            *report.chaos.entry("pg_terminate_backend").or_default() += 1;
+        }
+    }
+    Ok(())
+}
+
+async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Result<(), String> {
+    let like = format!("{tag}-%");
+    let q = |sql: &'static str, p: String| async move {
+        admin.query_one(sql, &[&p]).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string())
+    };
+    r.completed = q("SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL", like.clone()).await?;
+    r.lost = r.due - r.completed;
+    r.executed_twice = q(
+        "SELECT count(*) FROM (SELECT firing_key FROM fleet_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x",
+        tag.to_owned(),
+    )
+    .await?;
+    r.rerun_after_takeover = q(
+        "SELECT count(*) FROM (SELECT firing_key FROM fleet_starts WHERE tag = $1 GROUP BY 1 HAVING count(DISTINCT token) > 1) x",
+        tag.to_owned(),
+    )
+    .await?;
+    r.runs = q("SELECT count(*) FROM rendezvous.runs WHERE tenant_id = $1", tag.to_owned()).await?;
+    r.deduplicated = q("SELECT count(*) FROM fleet_admissions WHERE tag = $1 AND NOT created", tag.to_owned()).await?;
+    r.keys_with_two_runs = q(
+        "SELECT count(*) FROM (SELECT dispatch_key FROM rendezvous.runs WHERE tenant_id = $1 GROUP BY 1 HAVING count(*) > 1) x",
+        tag.to_owned(),
+    )
+    .await?;
+    r.split_brain_epochs = q(
+        "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1 GROUP BY 1 HAVING count(DISTINCT host_id) > 1) x",
+        tag.to_owned(),
+    )
+    .await?;
+    r.leader_terms = q("SELECT coalesce(max(epoch), 0) FROM rendezvous.leaders WHERE group_name = $1", group.to_owned()).await?;
+    Ok(())
+}
+
+/// Prints the report.
+pub fn print_report(r: &Report) {
+    println!("\n== fleet report ==");
+    println!("firings due              {}", r.due);
+    println!("firings completed        {}", r.completed);
+    println!("executed twice           {}   (effects written with the completion, per firing)", r.executed_twice);
+    println!("lost                     {}", r.lost);
+    println!("re-run after a takeover  {}   (a holder died or stalled past its lease: at-least-once, fenced)", r.rerun_after_takeover);
+    println!("runs admitted            {}   (one per firing key: {} keys with two runs)", r.runs, r.keys_with_two_runs);
+    println!("runs deduplicated        {}   (spawn_run returned the existing run)", r.deduplicated);
+    println!("leader terms             {}   (epochs with two leaders acting: {})", r.leader_terms, r.split_brain_epochs);
+    if r.failovers.is_empty() {
+        println!("leader failovers         none measured");
+    } else {
+        let mut f = r.failovers.clone();
+        f.sort();
+        let ms: Vec<String> = f.iter().map(|d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)).collect();
+        println!("leader failovers         {} after SIGKILL of the leader: {}", f.len(), ms.join(", "));
+    }
+    if !r.chaos.is_empty() {
+        let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
+        println!("chaos                    {}", c.join(", "));
+    }
+    println!("verdict                  {}", if r.pass() { "PASS" } else { "FAIL" });
+}

@@ -1,0 +1,106 @@
+//! `rendezvous status`: who is live, who leads each group at which epoch, in-flight and recent
+//! firings, recent runs — for a person, or `--json` for scripts.
+use serde_json::{json, Value};
+use tokio_postgres::Client;
+
+async fn rows(client: &Client, sql: &str) -> Result<Vec<tokio_postgres::Row>, String> {
+    client.query(sql, &[]).await.map_err(|e| e.to_string())
+}
+
+/// Reads the status as JSON.
+pub async fn collect(client: &Client) -> Result<Value, String> {
+    rendezvous_client::check_extension(client).await.map_err(|e| e.to_string())?;
+    let hosts: Vec<Value> = rows(
+        client,
+        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8,
+                last_seen > clock_timestamp() - interval '10 s'
+           FROM rendezvous.hosts ORDER BY host_id",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"host_id": r.get::<_, String>(0), "weight": r.get::<_, f64>(1), "seconds_since_heartbeat": r.get::<_, f64>(2), "live": r.get::<_, bool>(3)}))
+    .collect();
+    let leaders: Vec<Value> = rows(
+        client,
+        "SELECT l.group_name, c.leader, c.epoch, c.pid, extract(epoch FROM clock_timestamp() - c.since)::float8
+           FROM rendezvous.leaders l, LATERAL rendezvous.leader(l.group_name) c ORDER BY 1",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"group": r.get::<_, String>(0), "leader": r.get::<_, Option<String>>(1), "epoch": r.get::<_, i64>(2), "pid": r.get::<_, Option<i32>>(3), "seconds_leading": r.get::<_, Option<f64>>(4)}))
+    .collect();
+    let firing = |sql: &'static str| async move {
+        Ok::<Vec<Value>, String>(
+            rows(client, sql)
+                .await?
+                .iter()
+                .map(|r| json!({"key": r.get::<_, String>(0), "holder": r.get::<_, String>(1), "token": r.get::<_, i64>(2), "attempts": r.get::<_, i32>(3), "lease_left_seconds": r.get::<_, f64>(4), "completed": r.get::<_, bool>(5)}))
+                .collect(),
+        )
+    };
+    let in_flight = firing(
+        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false
+           FROM rendezvous.firings WHERE completed_at IS NULL ORDER BY fire_at LIMIT 20",
+    )
+    .await?;
+    let recent = firing(
+        "SELECT firing_key, holder, token, attempts, 0::float8, true
+           FROM rendezvous.firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
+    )
+    .await?;
+    let counts = rows(
+        client,
+        "SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL) FROM rendezvous.firings",
+    )
+    .await?;
+    let runs: Vec<Value> = rows(
+        client,
+        "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.runs ORDER BY run_id DESC LIMIT 10",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"run_id": r.get::<_, i64>(0), "tenant": r.get::<_, String>(1), "workflow": r.get::<_, String>(2), "dispatch_key": r.get::<_, String>(3), "state": r.get::<_, String>(4)}))
+    .collect();
+    Ok(json!({
+        "hosts": hosts,
+        "leaders": leaders,
+        "firings": {"in_flight": counts[0].get::<_, i64>(0), "completed": counts[0].get::<_, i64>(1),
+                    "in_flight_sample": in_flight, "recently_completed": recent},
+        "recent_runs": runs,
+    }))
+}
+
+/// Prints the status for a person.
+pub fn print(v: &Value) {
+    println!("hosts");
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<16} {:<5} weight {:<4} last heartbeat {:.1} s ago",
+            h["host_id"].as_str().unwrap_or(""),
+            if h["live"].as_bool() == Some(true) { "live" } else { "stale" },
+            h["weight"],
+            h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0)
+        );
+    }
+    println!("leaders");
+    for l in v["leaders"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<32} {} epoch {}",
+            l["group"].as_str().unwrap_or(""),
+            l["leader"].as_str().map(|s| format!("led by {s}")).unwrap_or_else(|| "no leader".into()),
+            l["epoch"]
+        );
+    }
+    let f = &v["firings"];
+    println!("firings: {} in flight, {} completed", f["in_flight"], f["completed"]);
+    for x in f["in_flight_sample"].as_array().into_iter().flatten() {
+        println!("  in flight {} held by {} (token {}, lease {:.1} s left)", x["key"].as_str().unwrap_or(""), x["holder"].as_str().unwrap_or(""), x["token"], x["lease_left_seconds"].as_f64().unwrap_or(0.0));
+    }
+    for x in f["recently_completed"].as_array().into_iter().flatten() {
+        println!("  done      {} by {} (token {})", x["key"].as_str().unwrap_or(""), x["holder"].as_str().unwrap_or(""), x["token"]);
+    }
+    println!("recent runs");
+    for r in v["recent_runs"].as_array().into_iter().flatten() {
+        println!("  run {} {} {} key {} {}", r["run_id"], r["tenant"].as_str().unwrap_or(""), r["workflow"].as_str().unwrap_or(""), r["dispatch_key"].as_str().unwrap_or(""), r["state"].as_str().unwrap_or(""));
+    }
+}
