@@ -222,6 +222,9 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
                         )
                         .await
                         .map_err(s)?;
+                        rendezvous_client::admission::set_run_state(&tx, admission.run_id, "succeeded")
+                            .await
+                            .map_err(|e| e.to_string())?;
                         if complete_firing(&tx, &ctx.firing, ctx.token).await.map_err(|e| e.to_string())? {
                             tx.commit().await.map_err(s)?;
                         }

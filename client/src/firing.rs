@@ -119,6 +119,46 @@ pub async fn claim_firing(
     })
 }
 
+/// Claims many firings in one call (one transaction); per input, its claim (`None` if its row
+/// vanished meanwhile, i.e. it was purged).
+pub async fn claim_firings(
+    client: &impl GenericClient,
+    firings: &[&Firing],
+    host_id: &str,
+    lease: Duration,
+) -> Result<Vec<Option<FiringClaim>>> {
+    let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
+    let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
+    let rows = client
+        .query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)])
+        .await
+        .map_err(Error::from_db)?;
+    let mut out = vec![None; firings.len()];
+    for r in rows {
+        let ord: i32 = r.get(0);
+        out[(ord - 1) as usize] = Some(FiringClaim {
+            claimed: r.get(1),
+            holder: r.get(2),
+            token: r.get(3),
+            completed: r.get(4),
+            lease_until: r.get(5),
+        });
+    }
+    Ok(out)
+}
+
+/// Completes many firings in one call; per input, false when its token was stale.
+pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, i64)]) -> Result<Vec<bool>> {
+    let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
+    let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
+    let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
+    let rows = client
+        .query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens])
+        .await
+        .map_err(Error::from_db)?;
+    Ok(rows.iter().map(|r| r.get(1)).collect())
+}
+
 /// Marks the firing done; false when `token` is stale (another host took it over).
 pub async fn complete_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
     let row = client
@@ -362,33 +402,54 @@ impl Dispatcher {
                     }
                 }
             }
-            let outcomes = join_all(to_claim.iter().map(|p| self.claim_and_run(&due[p.index], &keys[p.index], &work))).await;
-            for (p, outcome) in to_claim.into_iter().zip(outcomes) {
-                report.claim_attempts += 1;
-                match outcome? {
-                    Outcome::Executed { takeover } => {
-                        report.executed += 1;
-                        report.takeovers += u64::from(takeover);
-                    }
-                    Outcome::Stale => {
-                        // Someone took over our expired lease; keep watching until it is done.
-                        report.stale_completions += 1;
-                        queue.push(Reverse(Pending { at: now() + self.options.poll, seen_held: true, ..p }));
-                    }
-                    Outcome::Lost { completed, remaining } => {
+            if to_claim.is_empty() {
+                continue;
+            }
+            // One call claims the batch; the claims won run concurrently; one call completes them.
+            let firings: Vec<&Firing> = to_claim.iter().map(|p| &due[p.index]).collect();
+            let claims = claim_firings(&self.client, &firings, &self.host_id, self.options.lease).await?;
+            report.claim_attempts += to_claim.len() as u64;
+            let mut won = Vec::new();
+            for (p, claim) in to_claim.into_iter().zip(claims) {
+                match claim {
+                    Some(c) if c.claimed => won.push((p, c.token)),
+                    Some(c) => {
                         report.lost_attempts += 1;
-                        if completed {
+                        if c.completed {
                             report.done_by_others += 1;
                         } else {
                             let rank = view.rank_of(&keys[p.index], &self.host_id).unwrap_or(view.len());
-                            let at = now() + self.next_look(remaining, rank);
-                            queue.push(Reverse(Pending { at, seen_held: true, ..p }));
+                            let remaining = c.lease_until.duration_since(SystemTime::now()).unwrap_or_default();
+                            queue.push(Reverse(Pending { at: now() + self.next_look(remaining, rank), seen_held: true, ..p }));
                         }
                     }
-                    Outcome::Failed => {
-                        report.failed += 1;
-                        queue.push(Reverse(Pending { at: now() + self.options.poll, seen_held: true, ..p }));
-                    }
+                    None => queue.push(Reverse(Pending { at: now(), seen_held: true, ..p })),
+                }
+            }
+            let results =
+                join_all(won.iter().map(|(p, token)| self.run_claimed(&due[p.index], &keys[p.index], *token, &work))).await;
+            let mut succeeded = Vec::new();
+            for ((p, token), result) in won.into_iter().zip(results) {
+                if result? {
+                    succeeded.push((p, token));
+                } else {
+                    report.failed += 1;
+                    queue.push(Reverse(Pending { at: now() + self.options.poll, seen_held: true, ..p }));
+                }
+            }
+            if succeeded.is_empty() {
+                continue;
+            }
+            let pairs: Vec<(&Firing, i64)> = succeeded.iter().map(|(p, t)| (&due[p.index], *t)).collect();
+            let completed = complete_firings(&self.client, &pairs).await?;
+            for ((p, token), ok) in succeeded.into_iter().zip(completed) {
+                if ok {
+                    report.executed += 1;
+                    report.takeovers += u64::from(token > 1);
+                } else {
+                    // Our lease expired and another host took over; watch until it is done.
+                    report.stale_completions += 1;
+                    queue.push(Reverse(Pending { at: now() + self.options.poll, seen_held: true, ..p }));
                 }
             }
         }
@@ -426,17 +487,15 @@ impl Dispatcher {
             .collect())
     }
 
-    async fn claim_and_run<W, Fut>(&self, firing: &Firing, key: &str, work: &W) -> Result<Outcome>
+    /// Runs the work of a claim won, renewing its lease meanwhile; true when the work
+    /// succeeded. A failed work's claim is released at once, so the next host in rank can retry
+    /// it without waiting for the lease.
+    async fn run_claimed<W, Fut>(&self, firing: &Firing, key: &str, token: i64, work: &W) -> Result<bool>
     where
         W: Fn(FiringContext) -> Fut,
         Fut: Future<Output = std::result::Result<(), String>>,
     {
-        let claim = claim_firing(&self.client, firing, &self.host_id, self.options.lease).await?;
-        if !claim.claimed {
-            let remaining = claim.lease_until.duration_since(SystemTime::now()).unwrap_or_default();
-            return Ok(Outcome::Lost { completed: claim.completed, remaining });
-        }
-        let ctx = FiringContext { firing: firing.clone(), key: key.to_owned(), token: claim.token, host_id: self.host_id.clone() };
+        let ctx = FiringContext { firing: firing.clone(), key: key.to_owned(), token, host_id: self.host_id.clone() };
         let renew_every = self.options.renew_every.unwrap_or(self.options.lease / 3).max(Duration::from_millis(10));
         let run = work(ctx);
         tokio::pin!(run);
@@ -446,23 +505,18 @@ impl Dispatcher {
             tokio::select! {
                 r = &mut run => break r,
                 _ = ticker.tick() => {
-                    if renew_firing(&self.client, firing, claim.token, self.options.lease).await?.is_none() {
-                        tracing::warn!(key, token = claim.token, "lease lost while running: another host took over");
+                    if renew_firing(&self.client, firing, token, self.options.lease).await?.is_none() {
+                        tracing::warn!(key, token, "lease lost while running: another host took over");
                     }
                 }
             }
         };
         if let Err(why) = result {
-            // Give it up at once so the next host in rank can retry without waiting for the lease.
             tracing::warn!(key, error = %why, "firing failed; releasing it");
-            release_firing(&self.client, firing, claim.token).await?;
-            return Ok(Outcome::Failed);
+            release_firing(&self.client, firing, token).await?;
+            return Ok(false);
         }
-        if complete_firing(&self.client, firing, claim.token).await? {
-            Ok(Outcome::Executed { takeover: claim.token > 1 })
-        } else {
-            Ok(Outcome::Stale)
-        }
+        Ok(true)
     }
 }
 
@@ -472,9 +526,3 @@ enum Status {
     Done,
 }
 
-enum Outcome {
-    Executed { takeover: bool },
-    Stale,
-    Lost { completed: bool, remaining: Duration },
-    Failed,
-}

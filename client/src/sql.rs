@@ -47,6 +47,11 @@ pub const ASSERT_LEADER: &str = "SELECT rendezvous.assert_leader($1::text, $2::i
 /// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
 pub const CLAIM_FIRING: &str = "SELECT claimed, holder, token, completed, lease_until
        FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))";
+/// Claim many: `$1` tasks, `$2` fire_ats, `$3` host, `$4` lease in seconds.
+pub const CLAIM_FIRINGS: &str = "SELECT ord, claimed, holder, token, completed, lease_until
+       FROM rendezvous.claim_firings($1::text[], $2::timestamptz[], $3::text, pg_catalog.make_interval(secs => $4::float8))";
+/// Complete many: `$1` tasks, `$2` fire_ats, `$3` tokens.
+pub const COMPLETE_FIRINGS: &str = "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])";
 /// `$1` task, `$2` fire_at, `$3` token.
 pub const COMPLETE_FIRING: &str = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)";
 /// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.
@@ -80,6 +85,8 @@ pub const FUNCTIONS: &[&str] = &[
     "assert_leader",
     "firing_key",
     "claim_firing",
+    "claim_firings",
+    "complete_firings",
     "complete_firing",
     "renew_firing",
     "release_firing",

@@ -107,6 +107,79 @@ $$;
 COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
     'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease.';
 
+-- Many claims in one call (one transaction, one commit): what a dispatcher uses for a batch
+-- of due firings. Same rules as claim_firing, per element; the result is in input order
+-- (a firing given twice reports its one claim twice). Rows are claimed in key order, so two
+-- hosts' overlapping batches cannot deadlock.
+CREATE FUNCTION rendezvous.claim_firings(
+    task_ids text[],
+    fire_ats timestamptz[],
+    host_id  text,
+    lease    interval DEFAULT '5 min'
+) RETURNS TABLE (ord integer, claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    won text[];
+BEGIN
+    IF claim_firings.task_ids IS NULL OR claim_firings.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(claim_firings.task_ids) <> cardinality(claim_firings.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(claim_firings.task_ids), cardinality(claim_firings.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    PERFORM rendezvous._check_host_id(claim_firings.host_id);
+    PERFORM rendezvous._check_lease(claim_firings.lease);
+    WITH input AS (
+        SELECT rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
+    ), claimed_now AS (
+        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
+          FROM input i ORDER BY i.fk
+        ON CONFLICT (firing_key) DO UPDATE
+           SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+               lease_until = excluded.lease_until, attempts = f.attempts + 1
+         WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+        RETURNING f.firing_key
+    )
+    SELECT coalesce(array_agg(c.firing_key), '{}') INTO won FROM claimed_now c;
+    -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
+    RETURN QUERY
+        SELECT u.ord::integer, f.firing_key = ANY (won), f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
+          JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.ord;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
+    'claim_firing for many firings in one call; results in input order (ord).';
+
+-- Many completions in one call; per element, true when the token was current.
+CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
+RETURNS TABLE (ord integer, completed boolean)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH done AS (
+        UPDATE rendezvous.firings f
+           SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+          FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
+                  FROM unnest(task_ids, fire_ats, tokens) AS u(t, f, tok)
+                 ORDER BY 1) x
+         WHERE f.firing_key = x.fk AND f.token = x.tok
+        RETURNING f.firing_key
+    )
+    SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT firing_key FROM done)
+      FROM unnest(task_ids, fire_ats, tokens) WITH ORDINALITY AS u(t, f, tok, ord)
+     ORDER BY u.ord
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
+    'complete_firing for many firings in one call; results in input order (ord).';
+
 CREATE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp

@@ -40,6 +40,18 @@ SELECT task_id, holder, token, attempts, completed_at IS NOT NULL AS done FROM r
 -- Purge: completed firings older than the bound.
 SELECT rendezvous.purge_firings('1 hour') AS kept, rendezvous.purge_firings('0 s') AS purged;
 
+-- Many at once, results in input order: one taken, one free, one done.
+SELECT claimed, holder, token FROM rendezvous.claim_firing('batch-b', '2026-11-29 00:00+00', 'host-x', '1 hour');
+SELECT ord, claimed, holder, token, completed
+  FROM rendezvous.claim_firings(ARRAY['batch-a', 'batch-b', 'batch-c'],
+                                ARRAY['2026-11-29 00:00+00', '2026-11-29 00:00+00', '2026-11-29 00:00+00']::timestamptz[],
+                                'host-y', '1 hour');
+SELECT * FROM rendezvous.complete_firings(ARRAY['batch-a', 'batch-b', 'batch-c'],
+                                          ARRAY['2026-11-29 00:00+00', '2026-11-29 00:00+00', '2026-11-29 00:00+00']::timestamptz[],
+                                          ARRAY[1, 7, 1]);
+SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['a'], ARRAY[]::timestamptz[], 'h')$$);
+DELETE FROM rendezvous.firings;
+
 -- Bad input.
 SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing(NULL, now(), 'h')$$);
 SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('', now(), 'h')$$);
