@@ -416,12 +416,11 @@ impl Run {
 
     fn leader(&self, epoch: i64) {
         self.confirm();
-        let me = Some(self.candidate.clone());
-        self.state.send_if_modified(|s| {
-            let next = Leadership { is_leader: true, epoch: Some(epoch), leader: me, reason: "holds the lock".into() };
-            let changed = *s != next;
-            *s = next;
-            changed
+        self.publish(Leadership {
+            is_leader: true,
+            epoch: Some(epoch),
+            leader: Some(self.candidate.clone()),
+            reason: "holds the lock".into(),
         });
         tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
     }
@@ -434,8 +433,12 @@ impl Run {
 
     fn follower(&self, leader: Option<String>, epoch: Option<i64>, reason: String) {
         self.valid_until.store(0, Ordering::Release);
+        self.publish(Leadership { is_leader: false, epoch, leader, reason });
+    }
+
+    /// Sends `next` to watchers only if it differs from what they have.
+    fn publish(&self, next: Leadership) {
         self.state.send_if_modified(|s| {
-            let next = Leadership { is_leader: false, epoch, leader, reason };
             let changed = *s != next;
             *s = next;
             changed

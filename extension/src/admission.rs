@@ -34,22 +34,6 @@ CREATE INDEX runs_finished ON rendezvous.runs (updated_at)
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs_run_id_seq', '');
 
-CREATE FUNCTION rendezvous._check_text(name text, value text, max_bytes integer) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION '% must not be NULL', name USING ERRCODE = '22004';
-    ELSIF value = '' THEN
-        RAISE EXCEPTION '% must not be empty', name USING ERRCODE = '22023';
-    ELSIF octet_length(value) > max_bytes THEN
-        RAISE EXCEPTION '% is % bytes long; the limit is %', name, octet_length(value), max_bytes
-            USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-
 CREATE FUNCTION rendezvous.spawn_run(
     tenant_id    text,
     workflow_ref text,
@@ -142,11 +126,7 @@ AS $$
 DECLARE
     purged bigint;
 BEGIN
-    IF older_than IS NULL THEN
-        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
-    ELSIF older_than < interval '0' THEN
-        RAISE EXCEPTION 'older_than must not be negative (got %)', older_than USING ERRCODE = '22023';
-    END IF;
+    PERFORM rendezvous._check_older_than(older_than);
     DELETE FROM rendezvous.runs r
      WHERE r.state IN ('succeeded', 'failed', 'cancelled')
        AND r.updated_at < pg_catalog.clock_timestamp() - older_than;
@@ -158,4 +138,5 @@ COMMENT ON FUNCTION rendezvous.purge_runs(interval) IS
     'Deletes finished runs (succeeded, failed, cancelled) last updated more than older_than ago; a redelivered dispatch_key of a purged run admits a new run.';
 "#,
     name = "admission",
+    requires = ["checks"],
 );

@@ -46,19 +46,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rendezvous._check_lease(lease interval) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF lease IS NULL THEN
-        RAISE EXCEPTION 'lease must not be NULL' USING ERRCODE = '22004';
-    ELSIF lease <= interval '0' OR NOT isfinite(lease) THEN
-        RAISE EXCEPTION 'lease must be a positive, finite interval (got %)', lease USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-
 CREATE FUNCTION rendezvous.claim_firing(
     task_id text,
     fire_at timestamptz,
@@ -276,11 +263,7 @@ AS $$
 DECLARE
     purged bigint;
 BEGIN
-    IF older_than IS NULL THEN
-        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
-    ELSIF older_than < interval '0' THEN
-        RAISE EXCEPTION 'older_than must not be negative (got %)', older_than USING ERRCODE = '22023';
-    END IF;
+    PERFORM rendezvous._check_older_than(older_than);
     DELETE FROM rendezvous.firings f
      WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than;
     GET DIAGNOSTICS purged = ROW_COUNT;
@@ -291,5 +274,5 @@ COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
     'Deletes completed firings older than older_than; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
 "#,
     name = "firing",
-    requires = ["membership"],
+    requires = ["checks"],
 );

@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 
 mod admission;
 mod call_cache;
+mod checks;
 mod errors;
 mod firing;
 mod hrw;

@@ -18,37 +18,6 @@ CREATE TABLE rendezvous.hosts (
 COMMENT ON TABLE rendezvous.hosts IS 'Hosts that heartbeat; live while last_seen is within the staleness window (database clock).';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.hosts', '');
 
--- Validates a host id: not NULL, not empty, at most 256 bytes.
-CREATE FUNCTION rendezvous._check_host_id(host_id text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF host_id IS NULL THEN
-        RAISE EXCEPTION 'host_id must not be NULL' USING ERRCODE = '22004';
-    ELSIF host_id = '' THEN
-        RAISE EXCEPTION 'host_id must not be empty' USING ERRCODE = '22023';
-    ELSIF octet_length(host_id) > 256 THEN
-        RAISE EXCEPTION 'host_id is % bytes long; the limit is 256', octet_length(host_id)
-            USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-
--- Validates a staleness window: not NULL, greater than zero.
-CREATE FUNCTION rendezvous._check_staleness(staleness interval) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF staleness IS NULL THEN
-        RAISE EXCEPTION 'staleness must not be NULL' USING ERRCODE = '22004';
-    ELSIF staleness <= interval '0' THEN
-        RAISE EXCEPTION 'staleness must be greater than zero (got %)', staleness USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-
 CREATE FUNCTION rendezvous.heartbeat(host_id text, weight double precision DEFAULT 1)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -125,5 +94,5 @@ $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (10 s staleness).';
 "#,
     name = "membership",
-    requires = [hrw::winner_weighted, hrw::ranked_weighted]
+    requires = ["checks", hrw::winner_weighted, hrw::ranked_weighted]
 );

@@ -1,12 +1,4 @@
 -- Idempotent spawn admission as a psql user calls it.
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE stmt;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
 
 -- As a host role with only the documented grants (README, "Installing and grants").
 CREATE ROLE rendezvous_regress_admit LOGIN;
@@ -36,19 +28,19 @@ SELECT rendezvous.purge_runs('0 s') AS purged_all_finished;
 SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42');
 
 -- Bad input: a clear error with a SQLSTATE, and nothing admitted.
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run(NULL, 'wf')$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('', 'wf')$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run(repeat('t', 257), 'wf')$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', '')$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', '')$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 513))$$);
-SELECT pg_temp.err($$SELECT rendezvous.spawn_run('t', 'wf', 'not json')$$);
-SELECT pg_temp.err($$SELECT rendezvous.set_run_state(1, 'done')$$);
-SELECT pg_temp.err($$SELECT rendezvous.set_run_state(NULL, 'failed')$$);
-SELECT pg_temp.err($$SELECT rendezvous.purge_runs(NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.purge_runs('-1 day')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run(NULL, 'wf')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('', 'wf')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run(repeat('t', 257), 'wf')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', '')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', '')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 513))$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', 'not json')$$);
+SELECT regress.err($$SELECT rendezvous.set_run_state(1, 'done')$$);
+SELECT regress.err($$SELECT rendezvous.set_run_state(NULL, 'failed')$$);
+SELECT regress.err($$SELECT rendezvous.purge_runs(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.purge_runs('-1 day')$$);
 SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
 
 RESET ROLE;

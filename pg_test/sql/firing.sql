@@ -1,12 +1,4 @@
 -- Firing claims as a psql user makes them; tests/ drives many hosts at once.
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE stmt;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
 
 -- The same instant, written in any zone or precision, is the same firing.
 SELECT rendezvous.firing_key('nightly-report', '2026-11-29 00:00:00+00');
@@ -22,7 +14,7 @@ SELECT claimed, holder, token FROM rendezvous.claim_firing('nightly-report', '20
 -- Fencing and renewal with the live token pass; a wrong token does not.
 SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1);
 SELECT rendezvous.renew_firing('nightly-report', '2026-11-29 00:00:00+00', 1, '1 hour') > clock_timestamp() AS renewed;
-SELECT pg_temp.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 7)$$);
+SELECT regress.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 7)$$);
 SELECT rendezvous.renew_firing('nightly-report', '2026-11-29 00:00:00+00', 7) IS NULL AS stale_renewal_refused;
 
 -- An expired, uncompleted claim is taken over with a higher token (expire it by releasing).
@@ -30,7 +22,7 @@ SELECT rendezvous.release_firing('nightly-report', '2026-11-29 00:00:00+00', 1) 
 SELECT claimed, holder, token FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-b', '1 hour');
 -- The stale holder's completion and fenced write are rejected.
 SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS stale_completion;
-SELECT pg_temp.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1)$$);
+SELECT regress.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1)$$);
 -- The new holder completes; a completed firing is never claimed again.
 SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 2) AS completed,
        rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 2) AS again;
@@ -49,22 +41,22 @@ SELECT ord, claimed, holder, token, completed
 SELECT * FROM rendezvous.complete_firings(ARRAY['batch-a', 'batch-b', 'batch-c'],
                                           ARRAY['2026-11-29 00:00+00', '2026-11-29 00:00+00', '2026-11-29 00:00+00']::timestamptz[],
                                           ARRAY[1, 7, 1]);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['a'], ARRAY[]::timestamptz[], 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['a'], ARRAY[]::timestamptz[], 'h')$$);
 DELETE FROM rendezvous.firings;
 
 -- Bad input.
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing(NULL, now(), 'h')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('', now(), 'h')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', NULL, 'h')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', 'infinity', 'h')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', '-infinity', 'h')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), NULL)$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '0 s')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '-1 min')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.complete_firing('t', now(), NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:00+00', 1)$$);
-SELECT pg_temp.err($$SELECT rendezvous.purge_firings('-1 s')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing(NULL, now(), 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('', now(), 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', NULL, 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', 'infinity', 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', '-infinity', 'h')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '0 s')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '-1 min')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.complete_firing('t', now(), NULL)$$);
+SELECT regress.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:00+00', 1)$$);
+SELECT regress.err($$SELECT rendezvous.purge_firings('-1 s')$$);
 SELECT count(*) AS firings_left FROM rendezvous.firings;
 
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid

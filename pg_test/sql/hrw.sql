@@ -1,13 +1,4 @@
 -- Rendezvous (HRW) functions as a psql user calls them.
--- err() runs a statement and shows its SQLSTATE and message instead of failing the script.
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE stmt;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
 
 SELECT rendezvous.hrw_algorithm();
 
@@ -58,20 +49,20 @@ SELECT count(*) FILTER (WHERE before <> 'c' AND before <> after) AS moved_withou
           FROM generate_series(1, 5000) g) x;
 
 -- Bad input: a clear error with a SQLSTATE.
-SELECT pg_temp.err($$SELECT rendezvous.winner(NULL, ARRAY['a'])$$);
-SELECT pg_temp.err($$SELECT rendezvous.ranked(NULL, ARRAY['a'])$$);
-SELECT pg_temp.err($$SELECT rendezvous.score('k', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.ranked('k', ARRAY['a'], -1)$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1, 0]::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[-1]::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['NaN']::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['Infinity']::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['-Infinity']::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a','a'], ARRAY[1,2]::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[NULL]::float8[])$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY['a'], NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.winner('k', ARRAY[1,2])$$);
+SELECT regress.err($$SELECT rendezvous.winner(NULL, ARRAY['a'])$$);
+SELECT regress.err($$SELECT rendezvous.ranked(NULL, ARRAY['a'])$$);
+SELECT regress.err($$SELECT rendezvous.score('k', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.ranked('k', ARRAY['a'], -1)$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1, 0]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[-1]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['NaN']::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['Infinity']::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['-Infinity']::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a','a'], ARRAY[1,2]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[NULL]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY['a'], NULL)$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY[1,2])$$);
 
 -- The pure functions are IMMUTABLE and PARALLEL SAFE.
 SELECT p.proname, pg_get_function_identity_arguments(p.oid) AS args, p.provolatile, p.proparallel

@@ -1,12 +1,4 @@
 -- Leader claims as a psql user makes them (one session here; tests/ and specs/ cover two).
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE stmt;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
 
 -- Nobody leads a group nobody claimed.
 SELECT leader, epoch, since, pid FROM rendezvous.leader('scheduler');
@@ -19,12 +11,12 @@ SELECT count(*) AS our_locks FROM pg_locks WHERE locktype = 'advisory' AND class
 
 -- The fencing token passes while it is live.
 SELECT rendezvous.assert_leader('scheduler', 1);
-SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', 0)$$);
+SELECT regress.err($$SELECT rendezvous.assert_leader('scheduler', 0)$$);
 
 -- One resign releases it; the epoch stays, nobody leads, and the token is dead.
 SELECT rendezvous.resign('scheduler') AS released, rendezvous.resign('scheduler') AS again;
 SELECT leader, epoch, pid FROM rendezvous.leader('scheduler');
-SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', 1)$$);
+SELECT regress.err($$SELECT rendezvous.assert_leader('scheduler', 1)$$);
 
 -- A new term is a new epoch.
 SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
@@ -44,15 +36,15 @@ SELECT count(DISTINCT lock_id) AS distinct_ids FROM rendezvous.leaders WHERE gro
 SELECT rendezvous.resign('g1'), rendezvous.resign('g2');
 
 -- Bad input.
-SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead(NULL, 'x')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead('g', NULL)$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead('', 'x')$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.try_lead(repeat('g', 257), 'x')$$);
-SELECT pg_temp.err($$SELECT rendezvous.resign(NULL)$$);
-SELECT pg_temp.err($$SELECT * FROM rendezvous.leader(NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.assert_leader(NULL, 1)$$);
-SELECT pg_temp.err($$SELECT rendezvous.assert_leader('scheduler', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.try_lead(NULL, 'x')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.try_lead('g', NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.try_lead('', 'x')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.try_lead(repeat('g', 257), 'x')$$);
+SELECT regress.err($$SELECT rendezvous.resign(NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.leader(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.assert_leader(NULL, 1)$$);
+SELECT regress.err($$SELECT rendezvous.assert_leader('scheduler', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
 DELETE FROM rendezvous.leaders;
 
 -- The leader records and the lock id sequence are kept by pg_dump (epochs survive a restore).

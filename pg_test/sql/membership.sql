@@ -1,15 +1,7 @@
 -- Membership on the database clock, as a host role with only the documented grants.
-CREATE FUNCTION pg_temp.err(stmt text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE stmt;
-    RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-    RETURN SQLSTATE || ': ' || SQLERRM;
-END
-$$;
 
 CREATE ROLE rendezvous_regress_host LOGIN;
--- The grants a host role needs (README, "Grants").
+-- The grants a host role needs (README, "Installing and grants").
 GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_host;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_host;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA rendezvous TO rendezvous_regress_host;
@@ -43,18 +35,18 @@ SELECT rendezvous.live_hosts() AS default_10s, rendezvous.live_hosts('1 minute')
 SELECT count(DISTINCT rendezvous.winner('task-' || g)) AS owners FROM generate_series(1, 100) g;
 
 -- Bad input.
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat(NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('')$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat(repeat('x', 257))$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 0)$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', -1)$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 'NaN')$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', 'Infinity')$$);
-SELECT pg_temp.err($$SELECT rendezvous.heartbeat('h', NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.leave(NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.live_hosts(NULL)$$);
-SELECT pg_temp.err($$SELECT rendezvous.live_hosts('0 s')$$);
-SELECT pg_temp.err($$SELECT rendezvous.live_hosts('-5 s')$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('')$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat(repeat('x', 257))$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('h', 0)$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('h', -1)$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('h', 'NaN')$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('h', 'Infinity')$$);
+SELECT regress.err($$SELECT rendezvous.heartbeat('h', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.leave(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.live_hosts(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.live_hosts('0 s')$$);
+SELECT regress.err($$SELECT rendezvous.live_hosts('-5 s')$$);
 SELECT rendezvous.live_hosts();
 
 RESET ROLE;
