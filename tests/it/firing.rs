@@ -169,7 +169,18 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
             .unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Wait until slow-host holds the claim.
+    let watcher = db.connect().await;
+    let start = std::time::Instant::now();
+    while watcher
+        .query_opt("SELECT 1 FROM rendezvous.firings WHERE holder = 'slow-host'", &[])
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "slow-host never claimed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // other-host takes over once the lease expired, runs it and completes it.
     let other = Dispatcher::connect(
         &db.url,

@@ -1,5 +1,6 @@
 //! Helpers for the integration tests: a fresh database per test on the throwaway cluster that
-//! `scripts/test.sh` starts (its URL is in `RENDEZVOUS_TEST_DATABASE_URL`).
+//! `scripts/test.sh` starts (its URL is in `RENDEZVOUS_TEST_DATABASE_URL`), private clusters
+//! (the `rendezvous` command's own) for tests that restart the server, and pgbouncer.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::Client;
@@ -62,92 +63,8 @@ pub async fn connect(url: &str) -> Client {
     rendezvous_client::connect(url).await.expect("connect to the test cluster")
 }
 
-/// Runs `cmd` as the PostgreSQL OS user when we are root (PostgreSQL refuses root).
-fn as_pg(program: &str) -> std::process::Command {
-    let is_root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if is_root {
-        let mut c = std::process::Command::new("runuser");
-        c.args(["-u", "postgres", "--", program]);
-        c
-    } else {
-        std::process::Command::new(program)
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
-
-/// A private throwaway cluster, for tests that restart the server or put a pooler in front;
-/// stopped and removed on drop.
-pub struct Cluster {
-    dir: std::path::PathBuf,
-    /// Its port.
-    pub port: u16,
-}
-
-impl Cluster {
-    /// initdb + start, with `pg_rendezvous` created in database `postgres`.
-    pub async fn start() -> Cluster {
-        let dir = std::env::temp_dir().join(format!("rendezvous-it-{}-{}", std::process::id(), free_port()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let _ = std::process::Command::new("chown").args(["postgres:", dir.to_str().unwrap()]).status();
-        let cluster = Cluster { dir, port: free_port() };
-        let ok = as_pg(&format!("{PG_BIN}/initdb"))
-            .args(["-D", cluster.data().as_str(), "--auth=trust", "--username=postgres", "-E", "UTF8", "--no-sync"])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "initdb failed");
-        cluster.pg_ctl("start");
-        connect(&cluster.url()).await.batch_execute("CREATE EXTENSION pg_rendezvous").await.unwrap();
-        cluster
-    }
-
-    fn data(&self) -> String {
-        self.dir.join("data").to_string_lossy().into_owned()
-    }
-
-    fn pg_ctl(&self, action: &str) {
-        let opts = format!("-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off", self.port, self.dir.display());
-        let log = self.dir.join("server.log");
-        let ok = as_pg(&format!("{PG_BIN}/pg_ctl"))
-            .args(["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &opts, "-w", "-s", "-m", "fast", action])
-            .status()
-            .unwrap();
-        assert!(ok.success(), "pg_ctl {action} failed");
-    }
-
-    /// Restarts the server (every session ends, session locks with them).
-    pub fn restart(&self) {
-        self.pg_ctl("restart");
-    }
-
-    /// The URL of database `postgres`.
-    pub fn url(&self) -> String {
-        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// Its directory, for files of helpers (a pooler's config).
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = as_pg(&format!("{PG_BIN}/pg_ctl"))
-            .args(["-D", &self.data(), "-m", "immediate", "-w", "-s", "stop"])
-            .status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+pub use rendezvous_cli::cluster::Cluster;
+use rendezvous_cli::cluster::{as_pg, free_port};
 
 /// pgbouncer in front of a cluster, in transaction pooling mode; stopped on drop.
 pub struct Pgbouncer {
