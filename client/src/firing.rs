@@ -526,3 +526,34 @@ enum Status {
     Done,
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64, micros: u32) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(u64::from(micros))
+    }
+
+    #[test]
+    fn keys_are_canonical_utc_microseconds() {
+        assert_eq!(firing_key("t", UNIX_EPOCH), "firing:t:1970-01-01T00:00:00.000000Z");
+        assert_eq!(firing_key("t", at(951_782_400, 5)), "firing:t:2000-02-29T00:00:00.000005Z");
+        assert_eq!(firing_key("nightly", at(1_795_910_400, 0)), "firing:nightly:2026-11-29T00:00:00.000000Z");
+        assert_eq!(firing_key("t", at(4_102_444_799, 999_999)), "firing:t:2099-12-31T23:59:59.999999Z");
+        assert_eq!(
+            firing_key("t", UNIX_EPOCH - Duration::from_micros(1)),
+            "firing:t:1969-12-31T23:59:59.999999Z"
+        );
+        // Sub-microsecond parts are cut the way the driver sends them (toward 2000-01-01).
+        assert_eq!(firing_key("t", at(1_795_910_400, 0) + Duration::from_nanos(999)), firing_key("t", at(1_795_910_400, 0)));
+    }
+
+    #[test]
+    fn civil_dates_round_trip_across_leap_years() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(47_481), (2099, 12, 31));
+    }
+}
