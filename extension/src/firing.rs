@@ -32,11 +32,10 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF task_id IS NULL THEN
-        RAISE EXCEPTION 'task_id must not be NULL' USING ERRCODE = '22004';
-    ELSIF task_id = '' OR octet_length(task_id) > 256 THEN
-        RAISE EXCEPTION 'task_id must be 1 to 256 bytes (got %)', octet_length(task_id) USING ERRCODE = '22023';
-    ELSIF fire_at IS NULL THEN
+    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > 256 THEN
+        PERFORM rendezvous._check_text('task_id', task_id, 256);
+    END IF;
+    IF fire_at IS NULL THEN
         RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
     ELSIF NOT isfinite(fire_at) THEN
         RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
