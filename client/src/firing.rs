@@ -498,18 +498,25 @@ impl Dispatcher {
         let ctx = FiringContext { firing: firing.clone(), key: key.to_owned(), token, host_id: self.host_id.clone() };
         let renew_every = self.options.renew_every.unwrap_or(self.options.lease / 3).max(Duration::from_millis(10));
         let run = work(ctx);
-        tokio::pin!(run);
-        let mut ticker = tokio::time::interval(renew_every);
-        ticker.tick().await;
-        let result = loop {
-            tokio::select! {
-                r = &mut run => break r,
-                _ = ticker.tick() => {
-                    if renew_firing(&self.client, firing, token, self.options.lease).await?.is_none() {
-                        tracing::warn!(key, token, "lease lost while running: another host took over");
-                    }
+        // Renewals run beside the work, never in its way: a renewal waits for the work's own
+        // fenced write (which holds the firing's row FOR SHARE), so it must not stop the work
+        // from being polled to its commit.
+        let renew = async {
+            let mut ticker = tokio::time::interval(renew_every);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                match renew_firing(&self.client, firing, token, self.options.lease).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => tracing::warn!(key, token, "lease lost while running: another host took over"),
+                    Err(e) => return e,
                 }
             }
+        };
+        tokio::pin!(run, renew);
+        let result = tokio::select! {
+            r = &mut run => r,
+            e = &mut renew => return Err(e),
         };
         if let Err(why) = result {
             tracing::warn!(key, error = %why, "firing failed; releasing it");

@@ -297,3 +297,39 @@ async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() 
         }
     }
 }
+
+/// A renewal must never stall the work it renews: the work's own fenced write holds the
+/// firing's row FOR SHARE, so a renewal that blocked the work would wait for it forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn lease_renewals_do_not_stall_a_fenced_write_in_progress() {
+    let db = TestDb::new("fire_renew").await;
+    let firing = Firing::new("long-write", SystemTime::now() - Duration::from_secs(1));
+    let options = DispatcherOptions {
+        lease: Duration::from_secs(5),
+        renew_every: Some(Duration::from_millis(50)),
+        poll: Duration::from_millis(50),
+        ..DispatcherOptions::default()
+    };
+    let dispatcher = Dispatcher::connect(&db.url, "h", options).await.unwrap();
+    let writer = Arc::new(tokio::sync::Mutex::new(db.connect().await));
+    let due = vec![firing.clone()];
+    let report = tokio::time::timeout(
+        Duration::from_secs(20),
+        dispatcher.dispatch(&due, &HostSet::new(["h"]), |ctx| {
+            let writer = writer.clone();
+            async move {
+                let mut w = writer.lock().await;
+                let tx = w.transaction().await.map_err(|e| e.to_string())?;
+                assert_firing(&tx, &ctx.firing, ctx.token).await.map_err(|e| e.to_string())?;
+                // Several renewal ticks pass while the fenced write is open.
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                tx.execute("SELECT 1", &[]).await.map_err(|e| e.to_string())?;
+                tx.commit().await.map_err(|e| e.to_string())
+            }
+        }),
+    )
+    .await
+    .expect("the dispatch finished: renewals did not stall the work")
+    .unwrap();
+    assert_eq!(report.executed, 1);
+}
