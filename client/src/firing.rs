@@ -363,11 +363,13 @@ impl Dispatcher {
     {
         let now = self.now_fn().await?;
         let keys: Vec<String> = due.iter().map(Firing::key).collect();
+        // This host's rank per firing in its view; a host missing from its own view ranks last.
+        let ranks: Vec<usize> =
+            keys.iter().map(|k| view.rank_of(k, &self.host_id).unwrap_or(view.len())).collect();
         let mut queue: BinaryHeap<Reverse<Pending>> = BinaryHeap::new();
         for (index, firing) in due.iter().enumerate() {
-            let rank = view.rank_of(&keys[index], &self.host_id).unwrap_or(view.len()) as u32;
-            let at = firing.fire_at + self.options.grace * rank;
-            queue.push(Reverse(Pending { at, index, seen_held: rank > 0 }));
+            let at = firing.fire_at + self.options.grace * ranks[index] as u32;
+            queue.push(Reverse(Pending { at, index, seen_held: ranks[index] > 0 }));
         }
         let mut report = DispatchReport::default();
         while let Some(Reverse(first)) = queue.peek().cloned() {
@@ -395,7 +397,7 @@ impl Dispatcher {
                     match status {
                         Status::Done => report.done_by_others += 1,
                         Status::Held { remaining } => {
-                            let at = now() + self.next_look(remaining, view.rank_of(&keys[p.index], &self.host_id).unwrap_or(view.len()));
+                            let at = now() + self.next_look(remaining, ranks[p.index]);
                             queue.push(Reverse(Pending { at, ..p }));
                         }
                         Status::Free => to_claim.push(p),
@@ -418,9 +420,8 @@ impl Dispatcher {
                         if c.completed {
                             report.done_by_others += 1;
                         } else {
-                            let rank = view.rank_of(&keys[p.index], &self.host_id).unwrap_or(view.len());
                             let remaining = c.lease_until.duration_since(SystemTime::now()).unwrap_or_default();
-                            queue.push(Reverse(Pending { at: now() + self.next_look(remaining, rank), seen_held: true, ..p }));
+                            queue.push(Reverse(Pending { at: now() + self.next_look(remaining, ranks[p.index]), seen_held: true, ..p }));
                         }
                     }
                     None => queue.push(Reverse(Pending { at: now(), seen_held: true, ..p })),
