@@ -383,16 +383,8 @@ impl Run {
     }
 
     async fn connect(&self) -> Result<Session> {
-        let mut config: tokio_postgres::Config = self.url.parse().map_err(Error::Connect)?;
-        if config.get_application_name().is_none() {
-            config.application_name(format!("rendezvous leader {} {}", self.group, self.candidate));
-        }
-        let (client, connection) = config.connect(NoTls).await.map_err(Error::Connect)?;
-        let (closed_tx, closed) = oneshot::channel();
-        tokio::spawn(async move {
-            let _ = connection.await;
-            let _ = closed_tx.send(());
-        });
+        let name = format!("rendezvous leader {} {}", self.group, self.candidate);
+        let (client, closed) = crate::connect_watched(&self.url, &name).await?;
         let pid: i32 = client
             .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
             .await

@@ -61,15 +61,26 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
 /// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
 /// host's sessions are recognisable in `pg_stat_activity`.
 pub async fn connect_as(database_url: &str, application_name: &str) -> Result<tokio_postgres::Client> {
+    Ok(connect_watched(database_url, application_name).await?.0)
+}
+
+/// [`connect_as`], plus a signal that fires when the connection ends (for owners of a
+/// dedicated session that must notice its loss at once).
+pub(crate) async fn connect_watched(
+    database_url: &str,
+    application_name: &str,
+) -> Result<(tokio_postgres::Client, tokio::sync::oneshot::Receiver<()>)> {
     let mut config: tokio_postgres::Config = database_url.parse().map_err(Error::Connect)?;
     if config.get_application_name().is_none() {
         config.application_name(application_name);
     }
     let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(Error::Connect)?;
+    let (closed_tx, closed) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::debug!(error = %e, "rendezvous connection ended");
         }
+        let _ = closed_tx.send(());
     });
-    Ok(client)
+    Ok((client, closed))
 }
