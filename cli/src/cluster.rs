@@ -6,7 +6,11 @@ use std::process::{Command, Stdio};
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
 }
 
 /// `program` run as the PostgreSQL OS user when we are root.
@@ -50,7 +54,9 @@ impl Cluster {
             return Err("initdb failed".into());
         }
         cluster.pg_ctl("start")?;
-        let (client, conn) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls).await.map_err(|e| e.to_string())?;
+        let (client, conn) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
         client.batch_execute("CREATE EXTENSION pg_rendezvous").await.map_err(|e| {
             format!("CREATE EXTENSION pg_rendezvous failed ({e}): install it first (scripts/demo.sh does)")
@@ -70,10 +76,26 @@ impl Cluster {
         );
         let log = self.dir.join("server.log");
         let ok = as_pg(&format!("{PG_BIN}/pg_ctl"))
-            .args(["-D", &self.data(), "-l", log.to_str().unwrap(), "-o", &opts, "-w", "-s", "-m", "fast", action])
+            .args([
+                "-D",
+                &self.data(),
+                "-l",
+                log.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-w",
+                "-s",
+                "-m",
+                "fast",
+                action,
+            ])
             .status()
             .map_err(|e| format!("pg_ctl: {e}"))?;
-        if ok.success() { Ok(()) } else { Err(format!("pg_ctl {action} failed (see {})", log.display())) }
+        if ok.success() {
+            Ok(())
+        } else {
+            Err(format!("pg_ctl {action} failed (see {})", log.display()))
+        }
     }
 
     /// Restarts the server (every session ends, session locks with them).
@@ -94,7 +116,9 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = as_pg(&format!("{PG_BIN}/pg_ctl")).args(["-D", &self.data(), "-m", "immediate", "-w", "-s", "stop"]).status();
+        let _ = as_pg(&format!("{PG_BIN}/pg_ctl"))
+            .args(["-D", &self.data(), "-m", "immediate", "-w", "-s", "stop"])
+            .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -132,7 +132,11 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         None => {
             println!("starting a throwaway PostgreSQL (temp dir, own port)…");
             _cluster = crate::cluster::Cluster::start().await?;
-            println!("  database: {}   (watch it: rendezvous status --database-url {})", _cluster.url(), _cluster.url());
+            println!(
+                "  database: {}   (watch it: rendezvous status --database-url {})",
+                _cluster.url(),
+                _cluster.url()
+            );
             _cluster.url()
         }
     };
@@ -163,7 +167,11 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         if o.chaos { ", with chaos" } else { "" }
     );
     let mut hosts: Vec<Host> = (0..o.hosts)
-        .map(|i| Host { plan: HostPlan { host_id: format!("host-{i}"), ..base.clone() }, child: None, stopped: false })
+        .map(|i| Host {
+            plan: HostPlan { host_id: format!("host-{i}"), ..base.clone() },
+            child: None,
+            stopped: false,
+        })
         .collect();
     for h in &mut hosts {
         h.child = Some(spawn(&h.plan)?);
@@ -237,7 +245,10 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
 
 async fn progress(admin: &Client, tag: &str, group: &str, hosts: &[Host], due: i64, report: &Report) {
     let done: i64 = admin
-        .query_one("SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL", &[&format!("{tag}-%")])
+        .query_one(
+            "SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
+            &[&format!("{tag}-%")],
+        )
         .await
         .map(|r| r.get(0))
         .unwrap_or(-1);
@@ -287,7 +298,9 @@ async fn chaos_step(
                 if was_leader {
                     let before = leader_now.epoch;
                     while killed.elapsed() < Duration::from_secs(10) {
-                        let now = rendezvous_client::leader::leader(admin, group).await.map_err(|e| e.to_string())?;
+                        let now = rendezvous_client::leader::leader(admin, group)
+                            .await
+                            .map_err(|e| e.to_string())?;
                         if now.epoch > before && now.leader.is_some() {
                             report.failovers.push(killed.elapsed());
                             break;
@@ -297,8 +310,11 @@ async fn chaos_step(
                 }
             }
             // Back with a divergent view of the live set and a clock minutes off.
-            let others: Vec<String> =
-                hosts.iter().filter(|h| h.plan.host_id != hosts[target].plan.host_id).map(|h| h.plan.host_id.clone()).collect();
+            let others: Vec<String> = hosts
+                .iter()
+                .filter(|h| h.plan.host_id != hosts[target].plan.host_id)
+                .map(|h| h.plan.host_id.clone())
+                .collect();
             let h = &mut hosts[target];
             h.plan.hide = Some(others[rng.random_range(0..others.len())].clone());
             h.plan.skew_ms = rng.random_range(-180_000..180_000);
@@ -334,7 +350,11 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
     let q = |sql: &'static str, p: String| async move {
         admin.query_one(sql, &[&p]).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string())
     };
-    r.completed = q("SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL", like.clone()).await?;
+    r.completed = q(
+        "SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
+        like.clone(),
+    )
+    .await?;
     r.lost = r.due - r.completed;
     r.executed_twice = q(
         "SELECT count(*) FROM (SELECT firing_key FROM fleet_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x",
@@ -347,7 +367,8 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
     )
     .await?;
     r.runs = q("SELECT count(*) FROM rendezvous.runs WHERE tenant_id = $1", tag.to_owned()).await?;
-    r.deduplicated = q("SELECT count(*) FROM fleet_admissions WHERE tag = $1 AND NOT created", tag.to_owned()).await?;
+    r.deduplicated =
+        q("SELECT count(*) FROM fleet_admissions WHERE tag = $1 AND NOT created", tag.to_owned()).await?;
     r.keys_with_two_runs = q(
         "SELECT count(*) FROM (SELECT dispatch_key FROM rendezvous.runs WHERE tenant_id = $1 GROUP BY 1 HAVING count(*) > 1) x",
         tag.to_owned(),
@@ -358,7 +379,9 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
         tag.to_owned(),
     )
     .await?;
-    r.leader_terms = q("SELECT coalesce(max(epoch), 0) FROM rendezvous.leaders WHERE group_name = $1", group.to_owned()).await?;
+    r.leader_terms =
+        q("SELECT coalesce(max(epoch), 0) FROM rendezvous.leaders WHERE group_name = $1", group.to_owned())
+            .await?;
     Ok(())
 }
 
@@ -367,12 +390,24 @@ pub fn print_report(r: &Report) {
     println!("\n== fleet report ==");
     println!("firings due              {}", r.due);
     println!("firings completed        {}", r.completed);
-    println!("executed twice           {}   (effects written with the completion, per firing)", r.executed_twice);
+    println!(
+        "executed twice           {}   (effects written with the completion, per firing)",
+        r.executed_twice
+    );
     println!("lost                     {}", r.lost);
-    println!("re-run after a takeover  {}   (a holder died or stalled past its lease: at-least-once, fenced)", r.rerun_after_takeover);
-    println!("runs admitted            {}   (one per firing key: {} keys with two runs)", r.runs, r.keys_with_two_runs);
+    println!(
+        "re-run after a takeover  {}   (a holder died or stalled past its lease: at-least-once, fenced)",
+        r.rerun_after_takeover
+    );
+    println!(
+        "runs admitted            {}   (one per firing key: {} keys with two runs)",
+        r.runs, r.keys_with_two_runs
+    );
     println!("runs deduplicated        {}   (spawn_run returned the existing run)", r.deduplicated);
-    println!("leader terms             {}   (epochs with two leaders acting: {})", r.leader_terms, r.split_brain_epochs);
+    println!(
+        "leader terms             {}   (epochs with two leaders acting: {})",
+        r.leader_terms, r.split_brain_epochs
+    );
     if r.failovers.is_empty() {
         println!("leader failovers         none measured");
     } else {

@@ -94,7 +94,10 @@ impl HostPlan {
         for t in 0..self.tasks {
             let mut at = self.start_ms + u64::from(t) * period_ms / u64::from(self.tasks.max(1));
             while at < self.end_ms {
-                out.push(Firing::new(format!("{}-task-{t}", self.tag), UNIX_EPOCH + Duration::from_millis(at)));
+                out.push(Firing::new(
+                    format!("{}-task-{t}", self.tag),
+                    UNIX_EPOCH + Duration::from_millis(at),
+                ));
                 at += period_ms;
             }
         }
@@ -113,16 +116,24 @@ fn skewed_clock(skew_ms: i64) -> Clock {
     }
     Clock::Local(Arc::new(move || {
         let now = SystemTime::now();
-        if skew_ms > 0 { now + Duration::from_millis(skew_ms as u64) } else { now - Duration::from_millis((-skew_ms) as u64) }
+        if skew_ms > 0 {
+            now + Duration::from_millis(skew_ms as u64)
+        } else {
+            now - Duration::from_millis((-skew_ms) as u64)
+        }
     }))
 }
 
 /// Runs one host until the plan's end, then leaves cleanly.
 pub async fn run(plan: HostPlan) -> Result<(), String> {
     let e = |e: rendezvous_client::Error| e.to_string();
-    let me = Membership::start(&plan.url, &plan.host_id, MembershipOptions { weight: 1.0, interval: Duration::from_millis(300) })
-        .await
-        .map_err(e)?;
+    let me = Membership::start(
+        &plan.url,
+        &plan.host_id,
+        MembershipOptions { weight: 1.0, interval: Duration::from_millis(300) },
+    )
+    .await
+    .map_err(e)?;
     let elector = LeaderElector::start(
         &plan.url,
         &plan.group(),
@@ -239,12 +250,15 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
                     // claims we held expire and are taken over, or retaken by us.
                     eprintln!("{}: dispatch interrupted ({err}); reconnecting", plan.host_id);
                     tokio::time::sleep(Duration::from_millis(200)).await;
-                    dispatcher = Dispatcher::connect(&plan.url, &plan.host_id, options.clone()).await.map_err(e)?;
+                    dispatcher =
+                        Dispatcher::connect(&plan.url, &plan.host_id, options.clone()).await.map_err(e)?;
                     writer = Arc::new(Mutex::new(rendezvous_client::connect(&plan.url).await.map_err(e)?));
                     reader = rendezvous_client::connect(&plan.url).await.map_err(e)?;
                 }
             }
-        } else if SystemTime::now() >= end && (done.len() == all.len() || all_completed(&reader, &plan, all.len()).await) {
+        } else if SystemTime::now() >= end
+            && (done.len() == all.len() || all_completed(&reader, &plan, all.len()).await)
+        {
             // Finished by the real clock once every firing is done: a host whose clock is slow
             // has seen its late firings completed by others.
             break;

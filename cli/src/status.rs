@@ -94,13 +94,31 @@ pub fn print(v: &Value) {
     let f = &v["firings"];
     println!("firings: {} in flight, {} completed", f["in_flight"], f["completed"]);
     for x in f["in_flight_sample"].as_array().into_iter().flatten() {
-        println!("  in flight {} held by {} (token {}, lease {:.1} s left)", x["key"].as_str().unwrap_or(""), x["holder"].as_str().unwrap_or(""), x["token"], x["lease_left_seconds"].as_f64().unwrap_or(0.0));
+        println!(
+            "  in flight {} held by {} (token {}, lease {:.1} s left)",
+            x["key"].as_str().unwrap_or(""),
+            x["holder"].as_str().unwrap_or(""),
+            x["token"],
+            x["lease_left_seconds"].as_f64().unwrap_or(0.0)
+        );
     }
     for x in f["recently_completed"].as_array().into_iter().flatten() {
-        println!("  done      {} by {} (token {})", x["key"].as_str().unwrap_or(""), x["holder"].as_str().unwrap_or(""), x["token"]);
+        println!(
+            "  done      {} by {} (token {})",
+            x["key"].as_str().unwrap_or(""),
+            x["holder"].as_str().unwrap_or(""),
+            x["token"]
+        );
     }
     println!("recent runs");
     for r in v["recent_runs"].as_array().into_iter().flatten() {
-        println!("  run {} {} {} key {} {}", r["run_id"], r["tenant"].as_str().unwrap_or(""), r["workflow"].as_str().unwrap_or(""), r["dispatch_key"].as_str().unwrap_or(""), r["state"].as_str().unwrap_or(""));
+        println!(
+            "  run {} {} {} key {} {}",
+            r["run_id"],
+            r["tenant"].as_str().unwrap_or(""),
+            r["workflow"].as_str().unwrap_or(""),
+            r["dispatch_key"].as_str().unwrap_or(""),
+            r["state"].as_str().unwrap_or("")
+        );
     }
 }

@@ -4,7 +4,8 @@
 use std::process::Command;
 
 fn figure(report: &str, label: &str) -> i64 {
-    let line = report.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?} in:\n{report}"));
+    let line =
+        report.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?} in:\n{report}"));
     line[label.len()..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
@@ -28,7 +29,10 @@ fn a_short_fleet_under_chaos_passes() {
 
 #[test]
 fn status_reports_as_json() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous")).args(["status", "--database-url", "postgresql://nobody@127.0.0.1:1/none"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["status", "--database-url", "postgresql://nobody@127.0.0.1:1/none"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "an unreachable database is a clear error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
 }

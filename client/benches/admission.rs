@@ -134,7 +134,10 @@ async fn main() {
     admin.batch_execute(PLAIN_TABLE).await.unwrap();
     let sync: String = admin.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
 
-    println!("Spawn admission, fresh dispatch keys, {}s per case, synchronous_commit={sync}\n", PER_CASE.as_secs());
+    println!(
+        "Spawn admission, fresh dispatch keys, {}s per case, synchronous_commit={sync}\n",
+        PER_CASE.as_secs()
+    );
     println!("| clients | spawn_run calls/s | p50 ms | p99 ms | plain INSERT calls/s | p50 ms | p99 ms | spawn_run / plain |");
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut uncontended_p99 = Duration::ZERO;
@@ -159,7 +162,9 @@ async fn main() {
 
     let rounds = 100;
     println!("\n20 callers, one key, {rounds} rounds (each caller on its own connection)\n");
-    println!("| way | calls | answered with the run id | p50 ms | p99 ms | p99 / uncontended spawn_run p99 |");
+    println!(
+        "| way | calls | answered with the run id | p50 ms | p99 ms | p99 / uncontended spawn_run p99 |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     for (name, way) in [("spawn_run", Way::SpawnRun), ("plain INSERT … DO NOTHING", Way::PlainInsert)] {
         let o = contended(&url, way, 20, rounds, &format!("contended-{name}")).await;

@@ -40,7 +40,9 @@ async fn dispatch_run(url: &str, name: &'static str, grace: Duration, tag: &str)
     let mut tasks = Vec::new();
     for d in dispatchers {
         let (due, view) = (due.clone(), view.clone());
-        tasks.push(tokio::spawn(async move { d.dispatch(&due, &view, |_ctx| async { Ok(()) }).await.unwrap() }));
+        tasks.push(tokio::spawn(
+            async move { d.dispatch(&due, &view, |_ctx| async { Ok(()) }).await.unwrap() },
+        ));
     }
     let mut attempts = 0;
     let mut wasted = 0;

@@ -62,7 +62,8 @@ async fn sql_rows(url: &str) -> Vec<[String; 5]> {
         let names = hosts(n);
         // Enough calls for ~0.5 s of server time each; the same keys for both queries.
         let calls: i32 = (200_000 / n as i32).max(200);
-        let ours_sql = "SELECT count(rendezvous.winner('firing:task-' || g, $1::text[])) FROM generate_series(1, $2) g";
+        let ours_sql =
+            "SELECT count(rendezvous.winner('firing:task-' || g, $1::text[])) FROM generate_series(1, $2) g";
         let base_sql = "SELECT count((SELECT h FROM unnest($1::text[]) h
                                         ORDER BY hashtextextended(('firing:task-' || g) || h, 0) DESC LIMIT 1))
                           FROM generate_series(1, $2) g";

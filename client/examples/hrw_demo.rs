@@ -56,7 +56,9 @@ async fn main() -> Result<()> {
 
     let opts = |weight| MembershipOptions { weight, interval: Duration::from_millis(500) };
     let mut hosts = BTreeMap::new();
-    for (name, weight) in [("host-1", 1.0), ("host-2", 1.0), ("host-3", 1.0), ("host-4", 2.0), ("host-5", 1.0)] {
+    for (name, weight) in
+        [("host-1", 1.0), ("host-2", 1.0), ("host-3", 1.0), ("host-4", 2.0), ("host-5", 1.0)]
+    {
         hosts.insert(name, Membership::start(&url, name, opts(weight)).await?);
     }
     let live = membership::live_hosts(&client, membership::DEFAULT_STALENESS).await?;

@@ -44,7 +44,10 @@ pub async fn spawn_run(
             Ok(row) => {
                 return Ok(Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) });
             }
-            Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) && attempt <= SERIALIZATION_RETRIES => {
+            Err(e)
+                if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
+                    && attempt <= SERIALIZATION_RETRIES =>
+            {
                 tracing::debug!(attempt, "spawn_run: serialization failure, retrying");
                 // Inside the caller's transaction a retry cannot succeed: probe cheaply and
                 // hand the original error back.
@@ -68,9 +71,7 @@ pub async fn set_run_state(client: &impl GenericClient, run_id: i64, state: &str
 /// Deletes finished runs last updated more than `older_than` ago; returns how many. A
 /// dispatch key whose run was purged admits a new run when redelivered.
 pub async fn purge_runs(client: &impl GenericClient, older_than: std::time::Duration) -> Result<i64> {
-    let row = client
-        .query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()])
-        .await
-        .map_err(Error::from_db)?;
+    let row =
+        client.query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()]).await.map_err(Error::from_db)?;
     Ok(row.get(0))
 }

@@ -56,8 +56,8 @@ impl Error {
     pub(crate) fn from_db(e: tokio_postgres::Error) -> Error {
         if let Some(db) = e.as_db_error() {
             let missing_schema = *db.code() == SqlState::INVALID_SCHEMA_NAME;
-            let missing_function = *db.code() == SqlState::UNDEFINED_FUNCTION
-                || *db.code() == SqlState::UNDEFINED_TABLE;
+            let missing_function =
+                *db.code() == SqlState::UNDEFINED_FUNCTION || *db.code() == SqlState::UNDEFINED_TABLE;
             if (missing_schema || missing_function) && db.message().contains("rendezvous") {
                 return Error::ExtensionMissing;
             }

@@ -7,8 +7,8 @@
 //! holder's completion and fenced writes are then refused. Hand the token to the work:
 //! `assert_firing` in the same transaction as a database write, and
 //! [`FiringContext::idempotency_key`] for external calls.
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -152,10 +152,8 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
     let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
     let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
-    let rows = client
-        .query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens])
-        .await
-        .map_err(Error::from_db)?;
+    let rows =
+        client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await.map_err(Error::from_db)?;
     Ok(rows.iter().map(|r| r.get(1)).collect())
 }
 
@@ -169,7 +167,12 @@ pub async fn complete_firing(client: &impl GenericClient, firing: &Firing, token
 }
 
 /// Extends a live claim's lease from now; `None` when the token is stale or the firing done.
-pub async fn renew_firing(client: &impl GenericClient, firing: &Firing, token: i64, lease: Duration) -> Result<Option<SystemTime>> {
+pub async fn renew_firing(
+    client: &impl GenericClient,
+    firing: &Firing,
+    token: i64,
+    lease: Duration,
+) -> Result<Option<SystemTime>> {
     let row = client
         .query_one(sql::RENEW_FIRING, &[&firing.task_id, &firing.fire_at, &token, &secs(lease)])
         .await
@@ -305,7 +308,11 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// Connects and checks the extension.
-    pub async fn connect(database_url: &str, host_id: &str, options: DispatcherOptions) -> Result<Dispatcher> {
+    pub async fn connect(
+        database_url: &str,
+        host_id: &str,
+        options: DispatcherOptions,
+    ) -> Result<Dispatcher> {
         if host_id.is_empty() || host_id.len() > 256 {
             return Err(Error::InvalidArgument("host_id must be 1 to 256 bytes".into()));
         }
@@ -420,15 +427,22 @@ impl Dispatcher {
                         if c.completed {
                             report.done_by_others += 1;
                         } else {
-                            let remaining = c.lease_until.duration_since(SystemTime::now()).unwrap_or_default();
-                            queue.push(Reverse(Pending { at: now() + self.next_look(remaining, ranks[p.index]), seen_held: true, ..p }));
+                            let remaining =
+                                c.lease_until.duration_since(SystemTime::now()).unwrap_or_default();
+                            queue.push(Reverse(Pending {
+                                at: now() + self.next_look(remaining, ranks[p.index]),
+                                seen_held: true,
+                                ..p
+                            }));
                         }
                     }
                     None => queue.push(Reverse(Pending { at: now(), seen_held: true, ..p })),
                 }
             }
-            let results =
-                join_all(won.iter().map(|(p, token)| self.run_claimed(&due[p.index], &keys[p.index], *token, &work))).await;
+            let results = join_all(
+                won.iter().map(|(p, token)| self.run_claimed(&due[p.index], &keys[p.index], *token, &work)),
+            )
+            .await;
             let mut succeeded = Vec::new();
             for ((p, token), result) in won.into_iter().zip(results) {
                 if result? {
@@ -496,8 +510,14 @@ impl Dispatcher {
         W: Fn(FiringContext) -> Fut,
         Fut: Future<Output = std::result::Result<(), String>>,
     {
-        let ctx = FiringContext { firing: firing.clone(), key: key.to_owned(), token, host_id: self.host_id.clone() };
-        let renew_every = self.options.renew_every.unwrap_or(self.options.lease / 3).max(Duration::from_millis(10));
+        let ctx = FiringContext {
+            firing: firing.clone(),
+            key: key.to_owned(),
+            token,
+            host_id: self.host_id.clone(),
+        };
+        let renew_every =
+            self.options.renew_every.unwrap_or(self.options.lease / 3).max(Duration::from_millis(10));
         let run = work(ctx);
         // Renewals run beside the work, never in its way: a renewal waits for the work's own
         // fenced write (which holds the firing's row FOR SHARE), so it must not stop the work
@@ -509,7 +529,9 @@ impl Dispatcher {
                 ticker.tick().await;
                 match renew_firing(&self.client, firing, token, self.options.lease).await {
                     Ok(Some(_)) => {}
-                    Ok(None) => tracing::warn!(key, token, "lease lost while running: another host took over"),
+                    Ok(None) => {
+                        tracing::warn!(key, token, "lease lost while running: another host took over")
+                    }
                     Err(e) => return e,
                 }
             }
@@ -534,7 +556,6 @@ enum Status {
     Done,
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,7 +575,10 @@ mod tests {
             "firing:t:1969-12-31T23:59:59.999999Z"
         );
         // Sub-microsecond parts are cut the way the driver sends them (toward 2000-01-01).
-        assert_eq!(firing_key("t", at(1_795_910_400, 0) + Duration::from_nanos(999)), firing_key("t", at(1_795_910_400, 0)));
+        assert_eq!(
+            firing_key("t", at(1_795_910_400, 0) + Duration::from_nanos(999)),
+            firing_key("t", at(1_795_910_400, 0))
+        );
     }
 
     #[test]

@@ -127,7 +127,12 @@ pub struct LeaderElector {
 impl LeaderElector {
     /// Starts electing: checks the extension, then runs in the background. Candidate ids must
     /// be unique among the group's electors (a host id plus a process id is a good one).
-    pub async fn start(database_url: &str, group: &str, candidate: &str, options: LeaderOptions) -> Result<LeaderElector> {
+    pub async fn start(
+        database_url: &str,
+        group: &str,
+        candidate: &str,
+        options: LeaderOptions,
+    ) -> Result<LeaderElector> {
         for (what, v) in [("group", group), ("candidate", candidate)] {
             if v.is_empty() || v.len() > 256 {
                 return Err(Error::InvalidArgument(format!("{what} must be 1 to 256 bytes")));
@@ -302,7 +307,9 @@ impl Run {
                         let _ = cancel.cancel_query(NoTls).await;
                         // The next statement on this session runs only once the cancelled
                         // wait has ended; if the wait won the lock first, this gives it back.
-                        let _ = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
+                        let _ =
+                            tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group))
+                                .await;
                         return Ok(true);
                     }
                     Some(r) => r?,
@@ -385,11 +392,8 @@ impl Run {
     async fn connect(&self) -> Result<Session> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
         let (client, closed) = crate::connect_watched(&self.url, &name).await?;
-        let pid: i32 = client
-            .query_one("SELECT pg_catalog.pg_backend_pid()", &[])
-            .await
-            .map_err(Error::from_db)?
-            .get(0);
+        let pid: i32 =
+            client.query_one("SELECT pg_catalog.pg_backend_pid()", &[]).await.map_err(Error::from_db)?.get(0);
         Ok(Session { client, pid, closed })
     }
 

@@ -31,10 +31,7 @@ pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Checks that `pg_rendezvous` is installed at the version this client expects and that the
 /// server runs the same HRW algorithm; returns the installed version.
 pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
-    let row = client
-        .query_opt(sql::EXTENSION_VERSION, &[])
-        .await
-        .map_err(Error::from_db)?;
+    let row = client.query_opt(sql::EXTENSION_VERSION, &[]).await.map_err(Error::from_db)?;
     let installed: String = match row {
         Some(row) => row.get(0),
         None => return Err(Error::ExtensionMissing),
@@ -42,11 +39,7 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
     if installed != EXTENSION_VERSION {
         return Err(Error::VersionMismatch { installed, expected: EXTENSION_VERSION.to_owned() });
     }
-    let algorithm: String = client
-        .query_one(sql::HRW_ALGORITHM, &[])
-        .await
-        .map_err(Error::from_db)?
-        .get(0);
+    let algorithm: String = client.query_one(sql::HRW_ALGORITHM, &[]).await.map_err(Error::from_db)?.get(0);
     if algorithm != hrw::ALGORITHM {
         return Err(Error::AlgorithmMismatch { server: algorithm, client: hrw::ALGORITHM });
     }

@@ -36,19 +36,13 @@ pub async fn leave(client: &impl GenericClient, host_id: &str) -> Result<bool> {
 
 /// The live host ids, sorted.
 pub async fn live_hosts(client: &impl GenericClient, staleness: Duration) -> Result<Vec<String>> {
-    let row = client
-        .query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()])
-        .await
-        .map_err(Error::from_db)?;
+    let row = client.query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()]).await.map_err(Error::from_db)?;
     Ok(row.get(0))
 }
 
 /// The live hosts with their weights.
 pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> Result<Vec<(String, f64)>> {
-    let rows = client
-        .query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()])
-        .await
-        .map_err(Error::from_db)?;
+    let rows = client.query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await.map_err(Error::from_db)?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 

@@ -11,8 +11,7 @@ pub const HEARTBEAT: &str = "SELECT rendezvous.heartbeat($1, $2)";
 /// Leave: `$1` host id.
 pub const LEAVE: &str = "SELECT rendezvous.leave($1)";
 /// Live host ids: `$1` staleness in seconds.
-pub const LIVE_HOSTS: &str =
-    "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))";
+pub const LIVE_HOSTS: &str = "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))";
 /// Live hosts with weights: `$1` staleness in seconds.
 pub const LIVE_MEMBERS: &str = "SELECT h.host_id, h.weight
        FROM rendezvous.hosts h
@@ -33,7 +32,8 @@ pub const SET_RUN_STATE: &str = "SELECT rendezvous.set_run_state($1::int8, $2::t
 pub const PURGE_RUNS: &str = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))";
 
 /// Claim: `$1` group, `$2` candidate, `$3` wait.
-pub const TRY_LEAD: &str = "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)";
+pub const TRY_LEAD: &str =
+    "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)";
 /// Claim plus the backend pid, to notice a pooler swapping sessions.
 pub const TRY_LEAD_CHECKED: &str = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
        FROM rendezvous.try_lead($1::text, $2::text, $3::bool) t";
@@ -51,7 +51,8 @@ pub const CLAIM_FIRING: &str = "SELECT claimed, holder, token, completed, lease_
 pub const CLAIM_FIRINGS: &str = "SELECT ord, claimed, holder, token, completed, lease_until
        FROM rendezvous.claim_firings($1::text[], $2::timestamptz[], $3::text, pg_catalog.make_interval(secs => $4::float8))";
 /// Complete many: `$1` tasks, `$2` fire_ats, `$3` tokens.
-pub const COMPLETE_FIRINGS: &str = "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])";
+pub const COMPLETE_FIRINGS: &str =
+    "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])";
 /// `$1` task, `$2` fire_at, `$3` token.
 pub const COMPLETE_FIRING: &str = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)";
 /// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.

@@ -57,7 +57,8 @@ pub(crate) unsafe fn cached<'a, T: 'static>(
         let value = build();
         let key = current.iter().map(|b| b.map(<[u8]>::to_vec)).collect();
         if entry.is_null() {
-            let fresh = PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(Entry { key, value });
+            let fresh =
+                PgMemoryContexts::For((*flinfo).fn_mcxt).leak_and_drop_on_delete(Entry { key, value });
             (*flinfo).fn_extra = fresh.cast();
             &(*fresh).value
         } else {

@@ -10,10 +10,7 @@ pub(crate) fn raise(code: PgSqlErrorCode, message: impl Into<String>) -> ! {
 
 /// 22004: a required argument is NULL.
 pub(crate) fn null_argument(name: &str) -> ! {
-    raise(
-        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-        format!("{name} must not be NULL"),
-    )
+    raise(PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED, format!("{name} must not be NULL"))
 }
 
 /// 22023: an argument has an invalid value.

@@ -21,9 +21,7 @@ fn require_key(key: Option<&str>) -> &str {
 /// A weighted host set from parallel arrays; NULL hosts are skipped with their weight.
 /// (Validation runs only when the arrays change: see `call_cache`.)
 fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> HostSet {
-    let (Some(hosts), Some(weights)) = (hosts, weights) else {
-        null_argument("hosts and weights")
-    };
+    let (Some(hosts), Some(weights)) = (hosts, weights) else { null_argument("hosts and weights") };
     if hosts.len() != weights.len() {
         invalid_argument(format!(
             "hosts and weights must have the same length (got {} hosts and {} weights)",
@@ -34,9 +32,7 @@ fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> Host
     let mut pairs = Vec::with_capacity(hosts.len());
     for (host, weight) in hosts.iter().zip(weights.iter()) {
         let Some(host) = host else { continue };
-        let Some(weight) = weight else {
-            null_argument(&format!("the weight of host \"{host}\""))
-        };
+        let Some(weight) = weight else { null_argument(&format!("the weight of host \"{host}\"")) };
         pairs.push((host, weight));
     }
     HostSet::weighted(pairs).unwrap_or_else(|e| invalid_argument(e.to_string()))

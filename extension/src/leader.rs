@@ -153,8 +153,7 @@ fn held_by_me(tag: &pg_sys::LOCKTAG) -> bool {
 /// Takes the session-level lock; waits for it when `wait`. Returns whether it is now held.
 fn acquire(tag: &pg_sys::LOCKTAG, wait: bool) -> bool {
     // SAFETY: a valid lock tag; a wait is interruptible (cancel, terminate) like any lock wait.
-    let result =
-        unsafe { pg_sys::LockAcquire(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true, !wait) };
+    let result = unsafe { pg_sys::LockAcquire(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true, !wait) };
     match result {
         pg_sys::LockAcquireResult::LOCKACQUIRE_OK => true,
         pg_sys::LockAcquireResult::LOCKACQUIRE_ALREADY_HELD => {

@@ -187,10 +187,7 @@ impl HostSet {
         let mut ids: Vec<String> = hosts.into_iter().map(|h| h.as_ref().to_owned()).collect();
         ids.sort_unstable();
         ids.dedup();
-        let members = ids
-            .into_iter()
-            .map(|id| Member { hash: host_hash(&id), id, ratio: 1.0 })
-            .collect();
+        let members = ids.into_iter().map(|id| Member { hash: host_hash(&id), id, ratio: 1.0 }).collect();
         HostSet { members, weighted: false }
     }
 
@@ -221,10 +218,8 @@ impl HostSet {
         }
         let max = deduped.iter().map(|p| p.1).fold(0.0f64, f64::max);
         let weighted = deduped.iter().any(|p| p.1 != max);
-        let members = deduped
-            .into_iter()
-            .map(|(id, w)| Member { hash: host_hash(&id), id, ratio: w / max })
-            .collect();
+        let members =
+            deduped.into_iter().map(|(id, w)| Member { hash: host_hash(&id), id, ratio: w / max }).collect();
         Ok(HostSet { members, weighted })
     }
 
@@ -363,8 +358,7 @@ mod tests {
     fn weighted_shares_follow_weights() {
         let weights = [1.0, 2.0, 3.0, 4.0, 10.0];
         let total: f64 = weights.iter().sum();
-        let set = HostSet::weighted(weights.iter().enumerate().map(|(i, w)| (format!("h{i}"), *w)))
-            .unwrap();
+        let set = HostSet::weighted(weights.iter().enumerate().map(|(i, w)| (format!("h{i}"), *w))).unwrap();
         let n = 200_000;
         let mut counts = [0usize; 5];
         for i in 0..n {

@@ -74,7 +74,10 @@ async fn main() {
         assert_eq!(follower.next_state().await, "follower");
         wait_for_waiter(&admin).await;
         let killed = Instant::now();
-        std::process::Command::new("kill").args(["-KILL", &leader.child.id().unwrap().to_string()]).status().unwrap();
+        std::process::Command::new("kill")
+            .args(["-KILL", &leader.child.id().unwrap().to_string()])
+            .status()
+            .unwrap();
         follower.wait_leader().await;
         samples.push(killed.elapsed());
         let _ = leader.child.wait().await;

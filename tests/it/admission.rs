@@ -21,7 +21,13 @@ async fn runs_with_key(client: &tokio_postgres::Client, tenant: &str, key: &str)
 }
 
 /// `n` callers on `n` separate connections spawn the same key at the same moment.
-async fn concurrent_spawns(db: &TestDb, n: usize, tenant: &str, key: &str, isolation: &str) -> Vec<Admission> {
+async fn concurrent_spawns(
+    db: &TestDb,
+    n: usize,
+    tenant: &str,
+    key: &str,
+    isolation: &str,
+) -> Vec<Admission> {
     let mut clients = Vec::new();
     for _ in 0..n {
         let c = db.connect().await;
@@ -108,7 +114,12 @@ async fn inside_the_callers_transaction() {
     // REPEATABLE READ: a run committed by someone else after our snapshot is a 40001 for the
     // caller to retry (the whole transaction); retried, it returns that run.
     let other = db.connect().await;
-    let tx = client.build_transaction().isolation_level(tokio_postgres::IsolationLevel::RepeatableRead).start().await.unwrap();
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
     tx.query_one("SELECT 1", &[]).await.unwrap(); // take the snapshot
     let theirs = spawn_run(&other, "t", "wf", &json!({}), Some("late")).await.unwrap();
     let err = spawn_run(&tx, "t", "wf", &json!({}), Some("late")).await.unwrap_err();

@@ -82,7 +82,11 @@ async fn divergent_views_and_skewed_clocks_still_execute_every_firing_exactly_on
         let skew = skews_secs[i];
         let clock = Clock::Local(Arc::new(move || {
             let now = SystemTime::now();
-            if skew >= 0 { now + Duration::from_secs(skew as u64) } else { now - Duration::from_secs((-skew) as u64) }
+            if skew >= 0 {
+                now + Duration::from_secs(skew as u64)
+            } else {
+                now - Duration::from_secs((-skew) as u64)
+            }
         }));
         let options = DispatcherOptions {
             grace: Duration::from_millis(20),
@@ -119,7 +123,10 @@ async fn divergent_views_and_skewed_clocks_still_execute_every_firing_exactly_on
     assert_eq!(total_executed, 1000);
     let client = db.connect().await;
     let done: i64 = client
-        .query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL AND token = 1", &[])
+        .query_one(
+            "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL AND token = 1",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);
@@ -161,7 +168,9 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
                     let mut w = writer.lock().await;
                     let tx = w.transaction().await.unwrap();
                     let fenced = assert_firing(&tx, &ctx.firing, ctx.token).await;
-                    fenced_tx.send((ctx.token, fenced.map_err(|e| e.sqlstate().map(|c| c.code().to_owned())))).unwrap();
+                    fenced_tx
+                        .send((ctx.token, fenced.map_err(|e| e.sqlstate().map(|c| c.code().to_owned()))))
+                        .unwrap();
                     Ok(())
                 }
             })
@@ -185,7 +194,12 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
     let other = Dispatcher::connect(
         &db.url,
         "other-host",
-        DispatcherOptions { lease: Duration::from_secs(30), poll: Duration::from_millis(50), grace: Duration::ZERO, ..DispatcherOptions::default() },
+        DispatcherOptions {
+            lease: Duration::from_secs(30),
+            poll: Duration::from_millis(50),
+            grace: Duration::ZERO,
+            ..DispatcherOptions::default()
+        },
     )
     .await
     .unwrap();
@@ -199,14 +213,23 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
     assert_eq!(other_report.executed, 1);
     assert_eq!(other_report.takeovers, 1);
     let slow_report = slow_task.await.unwrap();
-    assert_eq!(slow_report.stale_completions, 1, "the stale holder's completion was refused: {slow_report:?}");
+    assert_eq!(
+        slow_report.stale_completions, 1,
+        "the stale holder's completion was refused: {slow_report:?}"
+    );
     assert_eq!(slow_report.executed, 0);
     let (token, fenced) = fenced_rx.recv().await.unwrap();
     assert_eq!(token, 1);
     assert_eq!(fenced, Err(Some("RZ001".to_owned())), "the stale holder's fenced write was refused");
     let client = db.connect().await;
-    let row = client.query_one("SELECT token, holder, completed_at IS NOT NULL FROM rendezvous.firings", &[]).await.unwrap();
-    assert_eq!((row.get::<_, i64>(0), row.get::<_, String>(1), row.get::<_, bool>(2)), (2, "other-host".into(), true));
+    let row = client
+        .query_one("SELECT token, holder, completed_at IS NOT NULL FROM rendezvous.firings", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, i64>(0), row.get::<_, String>(1), row.get::<_, bool>(2)),
+        (2, "other-host".into(), true)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -221,7 +244,11 @@ async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() 
         .await
         .unwrap();
     let hosts = "k0,k1,k2";
-    let fire_at = (SystemTime::now() - Duration::from_secs(60)).duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
+    let fire_at = (SystemTime::now() - Duration::from_secs(60))
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
     let lease_ms = 1500;
     let spawn = |host: &str| {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
@@ -256,12 +283,17 @@ async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() 
     k0.start_kill().unwrap();
     k0.wait().await.unwrap();
     for child in [k1, k2] {
-        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+        let out =
+            tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
         assert!(out.status.success());
     }
 
     // Every firing completed; its effect, written in the transaction that completes it, exactly once.
-    let completed: i64 = client.query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", &[]).await.unwrap().get(0);
+    let completed: i64 = client
+        .query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(completed, 150, "none lost");
     let effects: Vec<(String, i64)> = client
         .query("SELECT firing_key, count(*) FROM effects GROUP BY 1", &[])
@@ -289,11 +321,17 @@ async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() 
         let hosts: Vec<String> = row.get(2);
         let claimed: Vec<SystemTime> = row.get(3);
         assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens must increase: {tokens:?}");
-        assert!(hosts[..hosts.len() - 1].iter().all(|h| h == "k0"), "only the killed host's runs repeat: {hosts:?}");
+        assert!(
+            hosts[..hosts.len() - 1].iter().all(|h| h == "k0"),
+            "only the killed host's runs repeat: {hosts:?}"
+        );
         // A claim's lease only grows (renewals), so the next claim came at least a lease later.
         for w in claimed.windows(2) {
             let gap = w[1].duration_since(w[0]).unwrap();
-            assert!(gap >= Duration::from_millis(lease_ms), "claimed again after {gap:?}, before the {lease_ms} ms lease ran out");
+            assert!(
+                gap >= Duration::from_millis(lease_ms),
+                "claimed again after {gap:?}, before the {lease_ms} ms lease ran out"
+            );
         }
     }
 }

@@ -79,12 +79,30 @@ async fn bad_input_gets_a_sqlstate_not_a_crash() {
         ("SELECT rendezvous.ranked('k', ARRAY['a'], -1)", SqlState::INVALID_PARAMETER_VALUE),
         ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[0]::float8[])", SqlState::INVALID_PARAMETER_VALUE),
         ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[-2]::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['NaN']::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['Infinity']::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['-Infinity']::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a','a'], ARRAY[1,2]::float8[])", SqlState::INVALID_PARAMETER_VALUE),
-        ("SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[NULL]::float8[])", SqlState::NULL_VALUE_NOT_ALLOWED),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['NaN']::float8[])",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['Infinity']::float8[])",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a'], ARRAY['-Infinity']::float8[])",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a','a'], ARRAY[1,2]::float8[])",
+            SqlState::INVALID_PARAMETER_VALUE,
+        ),
+        (
+            "SELECT rendezvous.winner('k', ARRAY['a'], ARRAY[NULL]::float8[])",
+            SqlState::NULL_VALUE_NOT_ALLOWED,
+        ),
         ("SELECT rendezvous.winner('k', ARRAY['a'], NULL)", SqlState::NULL_VALUE_NOT_ALLOWED),
         ("SELECT rendezvous.heartbeat(NULL)", SqlState::NULL_VALUE_NOT_ALLOWED),
         ("SELECT rendezvous.heartbeat('')", SqlState::INVALID_PARAMETER_VALUE),

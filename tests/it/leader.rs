@@ -178,11 +178,15 @@ async fn terminated_backend_steps_the_leader_down_and_the_follower_takes_over() 
     assert_eq!(b.epoch(), Some(epoch + 1));
     assert!(!a.is_leader());
     // a said it stepped down, and why.
-    tokio::time::timeout(Duration::from_secs(2), a_changes.wait_for(|l| !l.is_leader)).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(2), a_changes.wait_for(|l| !l.is_leader))
+        .await
+        .unwrap()
+        .unwrap();
     let reason = a.leadership().reason;
     assert!(!reason.is_empty());
     // a comes back as a follower of b.
-    wait_until("a follows again", Duration::from_secs(5), || a.leadership().leader.as_deref() == Some("b")).await;
+    wait_until("a follows again", Duration::from_secs(5), || a.leadership().leader.as_deref() == Some("b"))
+        .await;
     assert!(!a.is_leader());
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
@@ -199,7 +203,8 @@ async fn server_restart_elects_one_leader_again_with_a_higher_epoch() {
     assert!(!b.is_leader());
 
     cluster.restart().unwrap();
-    wait_until("a leader after the restart", Duration::from_secs(20), || a.is_leader() || b.is_leader()).await;
+    wait_until("a leader after the restart", Duration::from_secs(20), || a.is_leader() || b.is_leader())
+        .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(a.is_leader() ^ b.is_leader(), "exactly one leads after the restart");
     let after = a.epoch().or(b.epoch()).unwrap();
@@ -235,7 +240,10 @@ async fn many_candidates_never_two_leaders_for_one_epoch() {
         if round % 2 == 0 {
             let name = format!("rendezvous leader crowd {}", electors[i].candidate());
             admin
-                .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", &[&name])
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                    &[&name],
+                )
                 .await
                 .unwrap();
         } else {
@@ -324,9 +332,12 @@ async fn an_aborted_claim_leaves_no_lock_and_resign_releases_once() {
         .unwrap()
         .get(0);
     let app = db.connect().await;
-    app.execute("SELECT pg_advisory_lock(($1::bigint << 32) | $2::bigint)", &[&1_380_211_286i64, &(lock_id as i64)])
-        .await
-        .unwrap();
+    app.execute(
+        "SELECT pg_advisory_lock(($1::bigint << 32) | $2::bigint)",
+        &[&1_380_211_286i64, &(lock_id as i64)],
+    )
+    .await
+    .unwrap();
     let other = db.connect().await;
     assert!(leader::try_lead(&other, "g", "y").await.unwrap().is_leader);
 }
@@ -346,10 +357,7 @@ async fn a_transaction_mode_pooler_is_refused_not_double_led() {
     }
     a.shutdown().await.unwrap();
     let direct = rendezvous_tests::connect(&cluster.url()).await;
-    let err = direct
-        .query("SELECT * FROM rendezvous.try_lead('pooled', '')", &[])
-        .await
-        .unwrap_err();
+    let err = direct.query("SELECT * FROM rendezvous.try_lead('pooled', '')", &[]).await.unwrap_err();
     assert_eq!(err.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
     drop(bouncer);
 }

@@ -47,7 +47,11 @@ impl TestDb {
         admin.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");
         let url = with_database(&cluster_url(), &name);
         if extension {
-            connect(&url).await.batch_execute("CREATE EXTENSION pg_rendezvous").await.expect("create extension");
+            connect(&url)
+                .await
+                .batch_execute("CREATE EXTENSION pg_rendezvous")
+                .await
+                .expect("create extension");
         }
         TestDb { url, name }
     }

@@ -5,12 +5,9 @@ mod tests {
 
     fn ranked(key: &str, hosts: &[&str]) -> Vec<String> {
         let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-        Spi::get_one_with_args::<Vec<String>>(
-            "SELECT rendezvous.ranked($1, $2)",
-            &[key.into(), hosts.into()],
-        )
-        .unwrap()
-        .unwrap()
+        Spi::get_one_with_args::<Vec<String>>("SELECT rendezvous.ranked($1, $2)", &[key.into(), hosts.into()])
+            .unwrap()
+            .unwrap()
     }
 
     #[pg_test]
@@ -107,8 +104,7 @@ mod tests {
 
     #[pg_test(error = "hosts and weights must have the same length (got 2 hosts and 1 weights)")]
     fn weight_length_mismatch_is_an_error() {
-        Spi::get_one::<String>("SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])")
-            .unwrap();
+        Spi::get_one::<String>("SELECT rendezvous.winner('k', ARRAY['a','b'], ARRAY[1]::float8[])").unwrap();
     }
 
     /// The per-call-site host-set cache must follow the arguments row by row.

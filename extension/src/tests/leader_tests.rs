@@ -6,7 +6,9 @@ mod tests {
     #[pg_test]
     fn repeated_claims_are_idempotent_and_one_resign_releases() {
         for _ in 0..3 {
-            let (is_leader, epoch) = Spi::get_two::<bool, i64>("SELECT is_leader, epoch FROM rendezvous.try_lead('g', 'me')").unwrap();
+            let (is_leader, epoch) =
+                Spi::get_two::<bool, i64>("SELECT is_leader, epoch FROM rendezvous.try_lead('g', 'me')")
+                    .unwrap();
             assert_eq!((is_leader, epoch), (Some(true), Some(1)));
         }
         let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid()";

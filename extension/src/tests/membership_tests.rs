@@ -29,8 +29,10 @@ mod tests {
     fn stale_hosts_are_not_live() {
         Spi::run("SELECT rendezvous.heartbeat('old'), rendezvous.heartbeat('new')").unwrap();
         // Age one heartbeat on the database clock, as if the host had stopped a minute ago.
-        Spi::run("UPDATE rendezvous.hosts SET last_seen = last_seen - interval '1 minute' WHERE host_id = 'old'")
-            .unwrap();
+        Spi::run(
+            "UPDATE rendezvous.hosts SET last_seen = last_seen - interval '1 minute' WHERE host_id = 'old'",
+        )
+        .unwrap();
         assert_eq!(
             Spi::get_one::<Vec<String>>("SELECT rendezvous.live_hosts()"),
             Ok(Some(vec!["new".into()]))
@@ -45,10 +47,7 @@ mod tests {
     #[pg_test]
     fn empty_live_set_has_no_winner() {
         assert_eq!(Spi::get_one::<String>("SELECT rendezvous.winner('k')"), Ok(None));
-        assert_eq!(
-            Spi::get_one::<i32>("SELECT cardinality(rendezvous.ranked('k', 3))"),
-            Ok(Some(0))
-        );
+        assert_eq!(Spi::get_one::<i32>("SELECT cardinality(rendezvous.ranked('k', 3))"), Ok(Some(0)));
     }
 
     #[pg_test(error = "host_id must not be empty")]

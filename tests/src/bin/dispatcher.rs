@@ -13,11 +13,14 @@ use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let [_, url, host, hosts, n, fire_at, lease_ms, work_ms] = &args[..] else {
-        eprintln!("usage: dispatcher <url> <host-id> <hosts> <firings> <fire-at-unix-secs> <lease-ms> <work-ms>");
+        eprintln!(
+            "usage: dispatcher <url> <host-id> <hosts> <firings> <fire-at-unix-secs> <lease-ms> <work-ms>"
+        );
         std::process::exit(2);
     };
     let fire_at = UNIX_EPOCH + Duration::from_secs(fire_at.parse().unwrap());
-    let due: Vec<Firing> = (0..n.parse::<usize>().unwrap()).map(|i| Firing::new(format!("task-{i}"), fire_at)).collect();
+    let due: Vec<Firing> =
+        (0..n.parse::<usize>().unwrap()).map(|i| Firing::new(format!("task-{i}"), fire_at)).collect();
     let view = HostSet::new(hosts.split(','));
     let options = DispatcherOptions {
         grace: Duration::from_millis(50),
