@@ -55,12 +55,13 @@ cluster_psql() {
   "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$CLUSTER_PORT" -U postgres "$@"
 }
 
-# Installs the extension into the system PostgreSQL (profile: dev or release).
+# Runs a command as root (through sudo when we are not root).
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Installs the extension into the system PostgreSQL (profile: dev or release), renaming each
+# file into place (see scripts/install.sh).
 install_extension() {
-  local profile=${1:-dev}
-  local flags=()
-  [ "$profile" = release ] && flags+=(--release)
-  [ "$(id -u)" = 0 ] || flags+=(--sudo)
-  log "installing pg_rendezvous ($profile build)"
-  (cd "$ROOT_DIR/extension" && cargo pgrx install --pg-config "$PG_CONFIG" "${flags[@]}" >/dev/null)
+  if [ "${1:-dev}" = release ]; then "$ROOT_DIR/scripts/install.sh" --release; else "$ROOT_DIR/scripts/install.sh"; fi
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh or warm machine:
-#   1. setup (packages, cargo-pgrx, pgrx init; skipped when present)
+#   1. setup (packages, cargo-pgrx, pgrx init; skipped when present); one style: rustfmt and
+#      clippy with warnings as errors; released install/upgrade scripts unchanged
 #   2. unit tests of the shared HRW crate and the client (`cargo test`)
 #   3. the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS user)
 #   4. install the extension, start a throwaway cluster, run the SQL suites under pg_test/
-#      (pg_regress and isolation specs), the Rust integration tests under tests/, and a short
+#      (pg_regress and isolation specs), the upgrade test (pg_test/upgrade/), the Rust integration tests under tests/, and a short
 #      `rendezvous fleet --chaos` that must PASS
 # Every cluster it starts is stopped on exit, failure included.
 set -euo pipefail
@@ -12,6 +13,16 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
 
 "$ROOT_DIR/scripts/setup.sh"
+
+log "style: cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --all -- --check
+cargo clippy --quiet --workspace --all-targets -- -D warnings
+
+log "released scripts are frozen (sql/released.sha256)"
+(cd sql && sha256sum --quiet -c released.sha256) || {
+  echo "a released install or upgrade script was edited: restore it and put the change into the next upgrade script" >&2
+  exit 1
+}
 
 log "unit tests: shared HRW crate and client"
 cargo test --quiet -p rendezvous-hrw -p rendezvous-client
@@ -56,6 +67,20 @@ if ls pg_test/specs/*.spec >/dev/null 2>&1; then
     exit 1
   fi
 fi
+
+log "upgrade test: 0.1.0 filled, updated through sql/, equal to a fresh install"
+cluster_psql -d postgres -c "CREATE DATABASE rendezvous_upgraded" -c "CREATE DATABASE rendezvous_fresh"
+cluster_psql -d rendezvous_upgraded -o /dev/null -f pg_test/upgrade/fill_0.1.0.sql
+cluster_psql -d rendezvous_upgraded -c "ALTER EXTENSION pg_rendezvous UPDATE"
+cluster_psql -d rendezvous_upgraded -f pg_test/upgrade/check.sql
+cluster_psql -d rendezvous_fresh -c "CREATE EXTENSION pg_rendezvous"
+cluster_psql -d rendezvous_upgraded -f pg_test/upgrade/catalog.sql >"$CLUSTER_DIR/catalog.upgraded"
+cluster_psql -d rendezvous_fresh -f pg_test/upgrade/catalog.sql >"$CLUSTER_DIR/catalog.fresh"
+if ! diff -u "$CLUSTER_DIR/catalog.fresh" "$CLUSTER_DIR/catalog.upgraded" >&2; then
+  echo "the upgraded catalog differs from a fresh install (- fresh, + upgraded): fix the upgrade script" >&2
+  exit 1
+fi
+log "upgraded catalog equals a fresh install ($(grep -c '^member ' "$CLUSTER_DIR/catalog.fresh") objects)"
 
 log "integration tests under tests/, and the fleet (the main job) under chaos"
 cargo test --quiet -p rendezvous-tests -p rendezvous-cli
