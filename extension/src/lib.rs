@@ -2,8 +2,9 @@
 //!
 //! One module per concept. Every SQL object lives in the `rendezvous` schema: the control
 //! file's `schema` makes CREATE EXTENSION create it and put pgrx's generated functions there
-//! (pgrx cannot qualify them without also emitting a conflicting CREATE SCHEMA), and all
-//! hand-written SQL is schema-qualified.
+//! (pgrx cannot qualify them without also emitting a conflicting CREATE SCHEMA). Hand-written
+//! SQL lives in a `.sql` file beside its module (`admission.rs` loads `admission.sql`), all of
+//! it schema-qualified; schema changes after a release also go into an upgrade script in `sql/`.
 use pgrx::prelude::*;
 
 mod admission;
@@ -17,13 +18,7 @@ mod membership;
 
 ::pgrx::pg_module_magic!(name, version);
 
-extension_sql!(
-    r#"
-COMMENT ON SCHEMA rendezvous IS 'pg_rendezvous: rendezvous dispatch, admission, leader and firing claims';
-"#,
-    name = "schema_comment",
-    bootstrap
-);
+extension_sql_file!("schema.sql", name = "schema_comment", bootstrap);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

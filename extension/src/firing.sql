@@ -1,0 +1,264 @@
+-- Exactly-once firing claims: the firings table and its functions (see firing.rs).
+-- Loaded by extension_sql_file! in firing.rs; every name is schema-qualified. A change after a
+-- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+
+CREATE TABLE rendezvous.firings (
+    firing_key   text PRIMARY KEY,
+    task_id      text NOT NULL,
+    fire_at      timestamptz NOT NULL,
+    holder       text NOT NULL,
+    token        bigint NOT NULL,
+    claimed_at   timestamptz NOT NULL,
+    lease_until  timestamptz NOT NULL,
+    completed_at timestamptz,
+    attempts     integer NOT NULL DEFAULT 1
+);
+COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
+CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
+
+-- The firing key: the same instant in any time zone or precision is the same firing.
+CREATE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > 256 THEN
+        PERFORM rendezvous._check_text('task_id', task_id, 256);
+    END IF;
+    IF fire_at IS NULL THEN
+        RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT isfinite(fire_at) THEN
+        RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
+    END IF;
+    RETURN 'firing:' || task_id || ':'
+        || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
+$$;
+
+CREATE FUNCTION rendezvous.claim_firing(
+    task_id text,
+    fire_at timestamptz,
+    host_id text,
+    lease   interval DEFAULT '5 min'
+) RETURNS TABLE (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
+    fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
+    now_ timestamptz;
+BEGIN
+    PERFORM rendezvous._check_host_id(claim_firing.host_id);
+    IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
+        PERFORM rendezvous._check_lease(claim_firing.lease);
+    END IF;
+    FOR attempt IN 1..5 LOOP
+        now_ := pg_catalog.clock_timestamp();
+        RETURN QUERY
+            INSERT INTO rendezvous.firings AS f
+                (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, 1, now_,
+                    now_ + claim_firing.lease)
+            ON CONFLICT (firing_key) DO UPDATE
+               SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+                   lease_until = excluded.lease_until, attempts = f.attempts + 1
+             WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+            RETURNING true, f.holder, f.token, false, f.lease_until;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
+        RETURN QUERY
+            SELECT false, f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+              FROM rendezvous.firings f WHERE f.firing_key = fk;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'could not claim %: it is being purged concurrently', fk USING ERRCODE = '40001';
+END
+$$;
+COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
+    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease.';
+
+-- Many claims in one call (one transaction, one commit): what a dispatcher uses for a batch
+-- of due firings. Same rules as claim_firing, per element; the result is in input order
+-- (a firing given twice reports its one claim twice). Rows are claimed in key order, so two
+-- hosts' overlapping batches cannot deadlock.
+CREATE FUNCTION rendezvous.claim_firings(
+    task_ids text[],
+    fire_ats timestamptz[],
+    host_id  text,
+    lease    interval DEFAULT '5 min'
+) RETURNS TABLE (ord integer, claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    won text[];
+BEGIN
+    IF claim_firings.task_ids IS NULL OR claim_firings.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(claim_firings.task_ids) <> cardinality(claim_firings.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(claim_firings.task_ids), cardinality(claim_firings.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    PERFORM rendezvous._check_host_id(claim_firings.host_id);
+    PERFORM rendezvous._check_lease(claim_firings.lease);
+    WITH input AS (
+        SELECT rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
+    ), claimed_now AS (
+        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
+          FROM input i ORDER BY i.fk
+        ON CONFLICT (firing_key) DO UPDATE
+           SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+               lease_until = excluded.lease_until, attempts = f.attempts + 1
+         WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+        RETURNING f.firing_key
+    )
+    SELECT coalesce(array_agg(c.firing_key), '{}') INTO won FROM claimed_now c;
+    -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
+    RETURN QUERY
+        SELECT u.ord::integer, f.firing_key = ANY (won), f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
+          JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.ord;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
+    'claim_firing for many firings in one call; results in input order (ord).';
+
+-- Many completions in one call; per element, true when the token was current.
+CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
+RETURNS TABLE (ord integer, completed boolean)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH done AS (
+        UPDATE rendezvous.firings f
+           SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+          FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
+                  FROM unnest(task_ids, fire_ats, tokens) AS u(t, f, tok)
+                 ORDER BY 1) x
+         WHERE f.firing_key = x.fk AND f.token = x.tok
+        RETURNING f.firing_key
+    )
+    SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT firing_key FROM done)
+      FROM unnest(task_ids, fire_ats, tokens) WITH ORDINALITY AS u(t, f, tok, ord)
+     ORDER BY u.ord
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
+    'complete_firing for many firings in one call; results in input order (ord).';
+
+CREATE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
+BEGIN
+    IF complete_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f
+       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+     WHERE f.firing_key = fk AND f.token = complete_firing.token;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
+    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
+
+CREATE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '5 min')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(renew_firing.task_id, renew_firing.fire_at);
+    until timestamptz;
+BEGIN
+    IF renew_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._check_lease(renew_firing.lease);
+    UPDATE rendezvous.firings f
+       SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease
+     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.completed_at IS NULL
+    RETURNING f.lease_until INTO until;
+    RETURN until;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) IS
+    'Extends a live claim''s lease from now; NULL when token is stale or the firing is done (stop working on it).';
+
+CREATE FUNCTION rendezvous.release_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(release_firing.task_id, release_firing.fire_at);
+BEGIN
+    IF release_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
+     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.completed_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_firing(text, timestamptz, bigint) IS
+    'Gives a claim up early, uncompleted, so another host can take it at once.';
+
+CREATE FUNCTION rendezvous.assert_firing(task_id text, fire_at timestamptz, token bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(assert_firing.task_id, assert_firing.fire_at);
+    current_token bigint;
+BEGIN
+    IF assert_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
+    -- fenced here commits before a new token exists, or fails.
+    SELECT f.token INTO current_token FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
+    ELSIF current_token <> assert_firing.token THEN
+        RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
+            USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) IS
+    'Fencing: raises RZ001 unless token is the firing''s current claim. Call it in the same transaction as the firing''s writes.';
+
+CREATE FUNCTION rendezvous.purge_firings(older_than interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    PERFORM rendezvous._check_older_than(older_than);
+    DELETE FROM rendezvous.firings f
+     WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than;
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
+    'Deletes completed firings older than older_than; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';

@@ -1,0 +1,108 @@
+-- Leader claims: the leaders table, leader() and assert_leader() (see leader.rs; try_lead and resign are Rust).
+-- Loaded by extension_sql_file! in leader.rs; every name is schema-qualified. A change after a
+-- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+
+CREATE SEQUENCE rendezvous.leader_lock_ids AS integer MINVALUE 1 NO CYCLE;
+CREATE TABLE rendezvous.leaders (
+    group_name text PRIMARY KEY,
+    lock_id    integer NOT NULL UNIQUE DEFAULT pg_catalog.nextval('rendezvous.leader_lock_ids'),
+    leader     text,
+    epoch      bigint NOT NULL DEFAULT 0,
+    since      timestamptz,
+    pid        integer,
+    CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= 256)
+);
+ALTER SEQUENCE rendezvous.leader_lock_ids OWNED BY rendezvous.leaders.lock_id;
+COMMENT ON TABLE rendezvous.leaders IS 'Per leader group: its advisory lock id, last epoch and last holder. The lock in pg_locks is the truth.';
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.leaders', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.leader_lock_ids', '');
+
+-- The group's lock id, allocating it (and the group's row) on first use.
+CREATE FUNCTION rendezvous._leader_lock_id(group_name text) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id integer;
+BEGIN
+    SELECT l.lock_id INTO id FROM rendezvous.leaders l WHERE l.group_name = _leader_lock_id.group_name;
+    IF FOUND THEN
+        RETURN id;
+    END IF;
+    INSERT INTO rendezvous.leaders AS l (group_name) VALUES (_leader_lock_id.group_name)
+    ON CONFLICT (group_name) DO NOTHING
+    RETURNING l.lock_id INTO id;
+    IF FOUND THEN
+        RETURN id;
+    END IF;
+    SELECT l.lock_id INTO STRICT id FROM rendezvous.leaders l WHERE l.group_name = _leader_lock_id.group_name;
+    RETURN id;
+END
+$$;
+
+-- The session holding a group's lock now, from the lock manager.
+CREATE FUNCTION rendezvous._lock_holder(lock_id integer) RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.pid FROM pg_catalog.pg_locks k
+     WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
+       AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
+       AND k.classid = 1380211286::oid AND k.objid = lock_id::oid
+$$;
+
+CREATE FUNCTION rendezvous.leader(group_name text)
+RETURNS TABLE (leader text, epoch bigint, since timestamptz, pid integer)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- $1: the OUT column "leader" shares the function's name, so parameters are positional.
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'group_name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        SELECT CASE WHEN h.holder = l.pid THEN l.leader END,
+               coalesce(l.epoch, 0::bigint),
+               CASE WHEN h.holder = l.pid THEN l.since END,
+               h.holder
+          FROM (SELECT $1 AS g) arg
+          LEFT JOIN rendezvous.leaders l ON l.group_name = arg.g
+          LEFT JOIN LATERAL (SELECT rendezvous._lock_holder(l.lock_id) AS holder) h ON true;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.leader(text) IS
+    'Who leads group_name now: the holder of its lock in pg_locks (leader NULL when nobody holds it), the current epoch, since when, and the holder''s backend pid.';
+
+CREATE FUNCTION rendezvous.assert_leader(group_name text, epoch bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    rec rendezvous.leaders%ROWTYPE;
+BEGIN
+    IF assert_leader.group_name IS NULL THEN
+        RAISE EXCEPTION 'group_name must not be NULL' USING ERRCODE = '22004';
+    ELSIF assert_leader.epoch IS NULL THEN
+        RAISE EXCEPTION 'epoch must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- FOR SHARE orders this check against a takeover: the new leader's epoch bump waits for
+    -- this transaction, so a write fenced here commits before the new epoch exists, or fails.
+    SELECT * INTO rec FROM rendezvous.leaders l WHERE l.group_name = assert_leader.group_name FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leader group "%" does not exist', assert_leader.group_name USING ERRCODE = 'RZ001';
+    ELSIF rec.epoch <> assert_leader.epoch THEN
+        RAISE EXCEPTION 'epoch % of group "%" is not current (the current epoch is %)',
+            assert_leader.epoch, assert_leader.group_name, rec.epoch
+            USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';
+    ELSIF rec.pid IS NULL OR rec.pid IS DISTINCT FROM rendezvous._lock_holder(rec.lock_id) THEN
+        RAISE EXCEPTION 'epoch % of group "%" is no longer held: its leader resigned or its session ended',
+            assert_leader.epoch, assert_leader.group_name
+            USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.assert_leader(text, bigint) IS
+    'Fencing: raises RZ001 unless epoch is the live leadership of group_name now. Call it in the same transaction as a leader''s write.';

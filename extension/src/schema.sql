@@ -1,0 +1,1 @@
+COMMENT ON SCHEMA rendezvous IS 'pg_rendezvous: rendezvous dispatch, admission, leader and firing claims';

@@ -1,0 +1,18 @@
+-- Static checks of every PL/pgSQL function of the extension with plpgsql_check: no errors and
+-- no warnings (extra, performance and security warnings included).
+CREATE EXTENSION plpgsql_check;
+CREATE TEMP VIEW extension_plpgsql AS
+    SELECT p.oid::regprocedure AS function
+      FROM pg_catalog.pg_proc p
+      JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+      JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_rendezvous'
+      JOIN pg_catalog.pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql';
+SELECT count(*) > 15 AS checks_every_plpgsql_function FROM extension_plpgsql;
+SELECT f.function, c.lineno, c.level, c.sqlstate, c.message
+  FROM extension_plpgsql f
+  CROSS JOIN LATERAL plpgsql_check_function_tb(f.function, extra_warnings => true,
+                                               performance_warnings => true, security_warnings => true) c
+ -- leader() reads the lock manager, which is not MVCC: it stays VOLATILE so every call looks again.
+ WHERE NOT (f.function = 'rendezvous.leader(text)'::regprocedure AND c.message = 'routine is marked as VOLATILE, should be STABLE')
+ ORDER BY 1, 2;
+DROP EXTENSION plpgsql_check;
