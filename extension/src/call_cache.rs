@@ -32,6 +32,21 @@ unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Optio
     }
 }
 
+/// The size of varlena argument `index` once detoasted, without detoasting it; `None` for NULL.
+///
+/// # Safety
+/// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
+pub(crate) unsafe fn arg_raw_size(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<usize> {
+    unsafe {
+        let args = (*fcinfo).args.as_slice((*fcinfo).nargs as usize);
+        let arg = &args[index];
+        if arg.isnull {
+            return None;
+        }
+        Some(pg_sys::toast_raw_datum_size(arg.value))
+    }
+}
+
 /// The value built by `build` from the varlena arguments at `indexes`, reused while those
 /// arguments' bytes are the same as on the previous call at this call site.
 ///

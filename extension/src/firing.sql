@@ -30,6 +30,9 @@ BEGIN
         RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
     ELSIF NOT isfinite(fire_at) THEN
         RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
+    ELSIF fire_at < '0001-01-01 00:00:00+00'::timestamptz THEN
+        -- The key spells the year without an era: a BC instant would share an AD firing's key.
+        RAISE EXCEPTION 'fire_at must not be before 0001-01-01 00:00:00 UTC (got %)', fire_at USING ERRCODE = '22023';
     END IF;
     RETURN 'firing:' || task_id || ':'
         || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
@@ -138,21 +141,36 @@ COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interv
 -- Many completions in one call; per element, true when the token was current.
 CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
 RETURNS TABLE (ord integer, completed boolean)
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH done AS (
-        UPDATE rendezvous.firings f
-           SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-          FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
-                  FROM unnest(task_ids, fire_ats, tokens) AS u(t, f, tok)
-                 ORDER BY 1) x
-         WHERE f.firing_key = x.fk AND f.token = x.tok
-        RETURNING f.firing_key
-    )
-    SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT firing_key FROM done)
-      FROM unnest(task_ids, fire_ats, tokens) WITH ORDINALITY AS u(t, f, tok, ord)
-     ORDER BY u.ord
+BEGIN
+    IF complete_firings.task_ids IS NULL OR complete_firings.fire_ats IS NULL OR complete_firings.tokens IS NULL THEN
+        RAISE EXCEPTION 'task_ids, fire_ats and tokens must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(complete_firings.task_ids) <> cardinality(complete_firings.fire_ats)
+       OR cardinality(complete_firings.task_ids) <> cardinality(complete_firings.tokens) THEN
+        RAISE EXCEPTION 'task_ids, fire_ats and tokens must have the same length (got %, % and %)',
+            cardinality(complete_firings.task_ids), cardinality(complete_firings.fire_ats),
+            cardinality(complete_firings.tokens) USING ERRCODE = '22023';
+    ELSIF array_position(complete_firings.tokens, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'tokens must not contain NULL (element %)', array_position(complete_firings.tokens, NULL)
+            USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+        WITH done AS (
+            UPDATE rendezvous.firings f
+               SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+              FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
+                      FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
+                     ORDER BY 1) x
+             WHERE f.firing_key = x.fk AND f.token = x.tok
+            RETURNING f.firing_key
+        )
+        SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
+          FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens)
+               WITH ORDINALITY AS u(t, f, tok, ord)
+         ORDER BY u.ord;
+END
 $$;
 COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
     'complete_firing for many firings in one call; results in input order (ord).';

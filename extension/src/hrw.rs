@@ -3,25 +3,76 @@
 //! The algorithm itself lives in the shared `rendezvous-hrw` crate (docs/hrw.md), so the
 //! client computes the identical answer. These functions only adapt SQL arguments: NULL
 //! elements are ignored, duplicates merged, and bad input raises 22004 / 22023.
+//!
+//! Input is bounded so that no argument can exhaust the backend's memory (an allocation
+//! failure inside Rust aborts the process, and PostgreSQL then restarts every session): at
+//! most `MAX_HOSTS` hosts in at most `MAX_HOSTS_BYTES` (54000 beyond), and every loop over
+//! input checks for interrupts, so `statement_timeout` and cancel stop a call at once.
 use pgrx::pg_sys::FunctionCallInfo;
 use pgrx::prelude::*;
 use rendezvous_hrw::HostSet;
 
-use crate::call_cache::cached;
-use crate::errors::{invalid_argument, null_argument};
+use crate::call_cache::{arg_raw_size, cached};
+use crate::errors::{invalid_argument, null_argument, raise};
 
 // Argument positions of `hosts` and `weights`, the arguments the host-set cache is keyed by.
 const HOSTS: usize = 1;
 const WEIGHTS: usize = 2;
 
+/// The most hosts one call accepts: far beyond any fleet, and small enough that building the
+/// host set (about 40 bytes a host plus its id) cannot run a backend out of memory.
+pub(crate) const MAX_HOSTS: usize = 100_000;
+
+/// The largest `hosts` array one call accepts, in bytes: the host set and the call-site cache
+/// each keep a copy of the ids.
+pub(crate) const MAX_HOSTS_BYTES: usize = 16 << 20;
+
+/// How many elements a loop handles between two interrupt checks.
+const INTERRUPT_EVERY: usize = 1024;
+
 fn require_key(key: Option<&str>) -> &str {
     key.unwrap_or_else(|| null_argument("key"))
+}
+
+/// Refuses a `hosts` argument larger than `MAX_HOSTS_BYTES` with 54000, before anything reads it.
+fn check_hosts_size(fcinfo: FunctionCallInfo) {
+    // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
+    if let Some(size) = unsafe { arg_raw_size(fcinfo, HOSTS) } {
+        if size > MAX_HOSTS_BYTES {
+            raise(
+                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                format!("hosts is {size} bytes; the limit is {MAX_HOSTS_BYTES}"),
+            );
+        }
+    }
+}
+
+/// Refuses a `hosts` array of more than `MAX_HOSTS` elements with 54000.
+fn check_len(len: usize) {
+    if len > MAX_HOSTS {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("hosts has {len} elements; the limit is {MAX_HOSTS}"),
+        );
+    }
+}
+
+/// An unweighted host set from an array; NULL elements are skipped.
+fn unweighted_set(hosts: &Array<&str>) -> HostSet {
+    check_len(hosts.len());
+    HostSet::new(hosts.iter().enumerate().filter_map(|(i, host)| {
+        if i % INTERRUPT_EVERY == 0 {
+            pg_sys::check_for_interrupts!();
+        }
+        host
+    }))
 }
 
 /// A weighted host set from parallel arrays; NULL hosts are skipped with their weight.
 /// (Validation runs only when the arrays change: see `call_cache`.)
 fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> HostSet {
     let (Some(hosts), Some(weights)) = (hosts, weights) else { null_argument("hosts and weights") };
+    check_len(hosts.len());
     if hosts.len() != weights.len() {
         invalid_argument(format!(
             "hosts and weights must have the same length (got {} hosts and {} weights)",
@@ -30,7 +81,10 @@ fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> Host
         ));
     }
     let mut pairs = Vec::with_capacity(hosts.len());
-    for (host, weight) in hosts.iter().zip(weights.iter()) {
+    for (i, (host, weight)) in hosts.iter().zip(weights.iter()).enumerate() {
+        if i % INTERRUPT_EVERY == 0 {
+            pg_sys::check_for_interrupts!();
+        }
         let Some(host) = host else { continue };
         let Some(weight) = weight else { null_argument(&format!("the weight of host \"{host}\"")) };
         pairs.push((host, weight));
@@ -46,13 +100,16 @@ fn check_k(k: Option<i32>) -> Option<usize> {
     }
 }
 
+extension_sql_file!("hrw.sql", name = "hrw_literals", requires = [ranked, ranked_weighted]);
+
 /// The host with the highest score for `key`; NULL for an empty or all-NULL array.
 #[pg_extern(immutable, parallel_safe, name = "winner")]
 fn winner(key: Option<&str>, hosts: Option<Array<&str>>, fcinfo: FunctionCallInfo) -> Option<String> {
     let key = require_key(key);
+    check_hosts_size(fcinfo);
     let hosts = hosts?;
     // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
-    let set = unsafe { cached(fcinfo, &[HOSTS], || HostSet::new(hosts.iter().flatten())) };
+    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts)) };
     set.winner(key).map(str::to_owned)
 }
 
@@ -65,6 +122,7 @@ fn winner_weighted(
     fcinfo: FunctionCallInfo,
 ) -> Option<String> {
     let key = require_key(key);
+    check_hosts_size(fcinfo);
     // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
     let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
     set.winner(key).map(str::to_owned)
@@ -80,9 +138,10 @@ fn ranked(
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
+    check_hosts_size(fcinfo);
     let Some(hosts) = hosts else { return Vec::new() };
     // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
-    let set = unsafe { cached(fcinfo, &[HOSTS], || HostSet::new(hosts.iter().flatten())) };
+    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts)) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 
@@ -97,6 +156,7 @@ fn ranked_weighted(
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
+    check_hosts_size(fcinfo);
     // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
     let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()

@@ -79,18 +79,38 @@ fn group_lock_id(group: &str) -> i32 {
         .expect("_leader_lock_id returns an id")
 }
 
-/// Records this session as the holder with a new epoch; returns the epoch.
-fn record_new_term(group: &str, candidate: &str) -> i64 {
-    Spi::get_one_with_args::<i64>(
-        "UPDATE rendezvous.leaders
-            SET epoch = epoch + 1, leader = $2, since = pg_catalog.clock_timestamp(),
-                pid = pg_catalog.pg_backend_pid()
-          WHERE group_name = $1
-         RETURNING epoch",
-        &[group.into(), candidate.into()],
-    )
+/// Records this session as the holder with a new epoch; returns the epoch, or `None` when the
+/// group's row is gone (deleted while this session waited for its lock).
+fn record_new_term(group: &str, candidate: &str) -> Option<i64> {
+    Spi::connect_mut(|client| {
+        let updated = client.update(
+            "UPDATE rendezvous.leaders
+                SET epoch = epoch + 1, leader = $2, since = pg_catalog.clock_timestamp(),
+                    pid = pg_catalog.pg_backend_pid()
+              WHERE group_name = $1
+             RETURNING epoch",
+            None,
+            &[group.into(), candidate.into()],
+        )?;
+        if updated.is_empty() {
+            Ok(None)
+        } else {
+            updated.first().get_one::<i64>()
+        }
+    })
     .expect("record the new leadership term")
-    .expect("the group row exists")
+}
+
+/// `record_new_term`, or, when the group vanished, gives the lock back and raises 40001 so the
+/// caller retries (its next claim creates the group afresh).
+fn record_new_term_or_retry(group: &str, candidate: &str, tag: &pg_sys::LOCKTAG) -> i64 {
+    record_new_term(group, candidate).unwrap_or_else(|| {
+        release(tag);
+        raise(
+            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+            format!("leader group \"{group}\" was deleted while this session claimed it: try again"),
+        )
+    })
 }
 
 /// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
@@ -133,7 +153,7 @@ fn try_lead(
             return TableIterator::once((true, leader, epoch.unwrap_or_default()));
         }
         // We hold the lock but the record was rolled back (a savepoint): write it again.
-        let epoch = record_new_term(&group, &candidate);
+        let epoch = record_new_term_or_retry(&group, &candidate, &tag);
         return TableIterator::once((true, Some(candidate), epoch));
     }
 
@@ -145,7 +165,7 @@ fn try_lead(
                 release(&tag);
             }
         });
-        let epoch = record_new_term(&group, &candidate);
+        let epoch = record_new_term_or_retry(&group, &candidate, &tag);
         return TableIterator::once((true, Some(candidate), epoch));
     }
 
@@ -161,13 +181,21 @@ fn try_lead(
 #[pg_extern(volatile, parallel_unsafe)]
 fn resign(group_name: Option<&str>) -> bool {
     let group = check_name("group_name", group_name);
-    let Some(lock_id) = Spi::get_one_with_args::<i32>(
-        "SELECT lock_id FROM rendezvous.leaders WHERE group_name = $1",
-        &[group.as_str().into()],
-    )
-    .expect("read the group's lock id") else {
-        return false;
-    };
+    let lock_id = Spi::connect(|client| {
+        let rows = client.select(
+            "SELECT lock_id FROM rendezvous.leaders WHERE group_name = $1",
+            None,
+            &[group.as_str().into()],
+        )?;
+        if rows.is_empty() {
+            Ok(None)
+        } else {
+            rows.first().get_one::<i32>()
+        }
+    })
+    .expect("read the group's lock id");
+    // A group nobody ever claimed has no row, and nothing to give up.
+    let Some(lock_id) = lock_id else { return false };
     let tag = lock_tag(lock_id);
     if !held_by_me(&tag) {
         return false;

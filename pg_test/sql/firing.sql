@@ -57,6 +57,17 @@ SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', NULL
 SELECT regress.err($$SELECT rendezvous.complete_firing('t', now(), NULL)$$);
 SELECT regress.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:00+00', 1)$$);
 SELECT regress.err($$SELECT rendezvous.purge_firings('-1 s')$$);
+-- The key's year has no era: a BC instant is refused, not given an AD firing's key.
+SELECT rendezvous.firing_key('t', '0001-01-01 00:00:00+00') AS first_instant_of_the_era;
+SELECT regress.err($$SELECT rendezvous.firing_key('t', '0001-12-31 23:59:59+00 BC')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', '2026-11-29 00:00:00+00 BC', 'h')$$);
+-- complete_firings checks its arrays as complete_firing checks its arguments.
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(NULL, ARRAY[now()], ARRAY[1])$$);
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t'], NULL, ARRAY[1])$$);
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t'], ARRAY[now()], NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t', 'u'], ARRAY[now(), now()], ARRAY[1])$$);
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t'], ARRAY[now()], ARRAY[NULL]::bigint[])$$);
+SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY[NULL], ARRAY[now()], ARRAY[1])$$);
 SELECT count(*) AS firings_left FROM rendezvous.firings;
 
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid

@@ -48,6 +48,24 @@ SELECT count(*) FILTER (WHERE before <> 'c' AND before <> after) AS moved_withou
                rendezvous.winner('k' || g, ARRAY['a','b','d']) AS after
           FROM generate_series(1, 5000) g) x;
 
+-- Untyped array literals work in every form (a text overload takes them where ranked(text,
+-- integer) over the live set would make them ambiguous).
+SELECT rendezvous.winner('job-9', '{a,b,c}') = rendezvous.winner('job-9', ARRAY['a','b','c']) AS winner,
+       rendezvous.ranked('job-9', '{a,b,c}') = rendezvous.ranked('job-9', ARRAY['a','b','c']) AS ranked,
+       rendezvous.ranked('job-9', '{a,b,c}', 2) = rendezvous.ranked('job-9', ARRAY['a','b','c'], 2) AS ranked_k,
+       rendezvous.winner('job-9', '{a,b}', '{1,3}') = rendezvous.winner('job-9', ARRAY['a','b'], ARRAY[1,3]::float8[]) AS weighted,
+       rendezvous.ranked('job-9', '{a,b}', '{1,3}') = rendezvous.ranked('job-9', ARRAY['a','b'], ARRAY[1,3]::float8[]) AS ranked_weighted,
+       rendezvous.ranked('job-9', '{a,b}', '{1,3}', 1) = rendezvous.ranked('job-9', ARRAY['a','b'], ARRAY[1,3]::float8[], 1) AS ranked_weighted_k;
+SELECT regress.err($$SELECT rendezvous.ranked('k', '{a,b')$$);
+
+-- Limits, checked before anything is built: at most 100000 hosts in at most 16 MiB (54000).
+SELECT rendezvous.winner('k', (SELECT array_agg(g::text) FROM generate_series(1, 100000) g)) IS NOT NULL AS at_the_limit;
+SELECT regress.err($$SELECT rendezvous.winner('k', (SELECT array_agg(g::text) FROM generate_series(1, 100001) g))$$);
+SELECT regress.err($$SELECT rendezvous.ranked('k', (SELECT array_agg(g::text) FROM generate_series(1, 100001) g))$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', (SELECT array_agg(g::text) FROM generate_series(1, 100001) g),
+                                                   (SELECT array_agg(1.0::float8) FROM generate_series(1, 100001) g))$$);
+SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY[repeat('x', 17000000)])$$);
+
 -- Bad input: a clear error with a SQLSTATE.
 SELECT regress.err($$SELECT rendezvous.winner(NULL, ARRAY['a'])$$);
 SELECT regress.err($$SELECT rendezvous.ranked(NULL, ARRAY['a'])$$);

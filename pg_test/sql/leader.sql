@@ -45,6 +45,8 @@ SELECT regress.err($$SELECT * FROM rendezvous.leader(NULL)$$);
 SELECT regress.err($$SELECT rendezvous.assert_leader(NULL, 1)$$);
 SELECT regress.err($$SELECT rendezvous.assert_leader('scheduler', NULL)$$);
 SELECT regress.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
+-- Resigning a group nobody ever claimed gives up nothing.
+SELECT rendezvous.resign('never-created') AS resigned;
 DELETE FROM rendezvous.leaders;
 
 -- The leader records and the lock id sequence are kept by pg_dump (epochs survive a restore).
