@@ -7,47 +7,50 @@ use rand::{Rng, SeedableRng};
 use tokio::process::{Child, Command};
 use tokio_postgres::Client;
 
-use crate::args::Args;
 use crate::host::HostPlan;
 
-/// Fleet settings.
-#[derive(Debug, Clone)]
+/// Fleet settings: the flags of `rendezvous fleet`.
+#[derive(Debug, Clone, clap::Args)]
 pub struct FleetOptions {
-    /// Database URL; `None` starts a throwaway cluster.
+    /// Run against this database instead of a throwaway cluster; it needs pg_rendezvous
+    /// installed, and the fleet creates four fleet_* bookkeeping tables in it
+    #[arg(long = "database-url", value_name = "URL")]
     pub url: Option<String>,
-    /// Number of hosts.
+    /// Number of hosts, each a separate OS process (2 to 64)
+    #[arg(long, value_name = "N", default_value = "6", value_parser = parse_hosts)]
     pub hosts: usize,
-    /// How long firings are due for.
+    /// How long firings come due for, in seconds
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds)]
     pub duration: Duration,
-    /// Recurring tasks, and their period.
+    /// Number of recurring tasks (at least 1)
+    #[arg(long, value_name = "N", default_value = "12", value_parser = clap::value_parser!(u32).range(1..))]
     pub tasks: u32,
-    /// Period of each task.
+    /// Period of each task, in milliseconds (at least 100)
+    #[arg(long = "period-ms", value_name = "MS", default_value = "1000", value_parser = parse_period)]
     pub period: Duration,
-    /// Kill, pause, cut off and mislead hosts while it runs.
+    /// Kill, pause, cut off and mislead hosts while it runs
+    #[arg(long)]
     pub chaos: bool,
-    /// Seed for the chaos.
+    /// Seed for the chaos (the same seed picks the same acts)
+    #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
 }
 
-impl FleetOptions {
-    /// From `rendezvous fleet` flags.
-    pub fn from_args(a: &Args) -> Result<FleetOptions, String> {
-        let o = FleetOptions {
-            url: a.get("database-url").map(str::to_owned),
-            hosts: a.num("hosts", 6)?,
-            duration: Duration::from_secs(a.num("duration", 60)?),
-            tasks: a.num("tasks", 12)?,
-            period: Duration::from_millis(a.num("period-ms", 1000)?),
-            chaos: a.on("chaos"),
-            seed: a.num("seed", 1)?,
-        };
-        if o.hosts < 2 || o.hosts > 64 {
-            return Err("--hosts must be 2 to 64".into());
-        }
-        if o.tasks == 0 || o.period < Duration::from_millis(100) {
-            return Err("--tasks must be > 0 and --period-ms >= 100".into());
-        }
-        Ok(o)
+fn parse_hosts(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (2..=64).contains(&n) => Ok(n),
+        _ => Err("give a number of hosts from 2 to 64".into()),
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>().map(Duration::from_secs).map_err(|_| "give a whole number of seconds, e.g. 60".into())
+}
+
+fn parse_period(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(ms) if ms >= 100 => Ok(Duration::from_millis(ms)),
+        _ => Err("give a period of at least 100 ms, e.g. 1000".into()),
     }
 }
 

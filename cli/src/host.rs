@@ -18,33 +18,45 @@ use rendezvous_client::{
 };
 use tokio::sync::Mutex;
 
-use crate::args::Args;
-
-/// What a host is told by the fleet controller.
-#[derive(Debug, Clone)]
+/// What a host is told by the fleet controller: the flags of `rendezvous host` (see
+/// [`HostPlan::to_args`]).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct HostPlan {
-    /// Database URL.
+    /// Database URL
+    #[arg(long = "database-url", value_name = "URL")]
     pub url: String,
-    /// This host's id.
+    /// This host's id
+    #[arg(long, value_name = "ID")]
     pub host_id: String,
-    /// The run's tag: prefixes task ids, names the leader group and the tenant.
+    /// The run's tag: prefixes task ids, names the leader group and the tenant
+    #[arg(long)]
     pub tag: String,
-    /// Number of recurring tasks.
+    /// Number of recurring tasks
+    #[arg(long, value_name = "N", default_value_t = 10)]
     pub tasks: u32,
-    /// Period of each task.
+    /// Period of each task, in milliseconds
+    #[arg(long = "period-ms", value_name = "MS", default_value = "1000", value_parser = parse_millis)]
     pub period: Duration,
-    /// First firing time (unix ms) and end of firings (unix ms).
+    /// First firing time, in unix ms
+    #[arg(long, value_name = "UNIX_MS", default_value_t = 0)]
     pub start_ms: u64,
-    /// No firing at or after this.
+    /// No firing at or after this, in unix ms
+    #[arg(long, value_name = "UNIX_MS", default_value_t = 0)]
     pub end_ms: u64,
-    /// This host's clock skew in ms (chaos), 0 for none.
+    /// This host's clock skew in ms (chaos), 0 for none
+    #[arg(long, value_name = "MS", default_value_t = 0, allow_negative_numbers = true)]
     pub skew_ms: i64,
-    /// A host this host leaves out of its view of the live set (chaos), if any.
+    /// A host this host leaves out of its view of the live set (chaos)
+    #[arg(long, value_name = "ID")]
     pub hide: Option<String>,
 }
 
+fn parse_millis(s: &str) -> Result<Duration, String> {
+    s.parse::<u64>().map(Duration::from_millis).map_err(|_| "give a whole number of milliseconds".into())
+}
+
 impl HostPlan {
-    /// The command-line flags that carry this plan.
+    /// The command-line arguments (`host` and its flags) that carry this plan.
     pub fn to_args(&self) -> Vec<String> {
         let mut a = vec![
             "host".into(),
@@ -62,29 +74,13 @@ impl HostPlan {
             self.start_ms.to_string(),
             "--end-ms".into(),
             self.end_ms.to_string(),
-            "--skew-ms".into(),
-            self.skew_ms.to_string(),
+            // One argument: a negative skew must not look like a flag.
+            format!("--skew-ms={}", self.skew_ms),
         ];
         if let Some(h) = &self.hide {
             a.extend(["--hide".into(), h.clone()]);
         }
         a
-    }
-
-    /// Reads a plan back from flags.
-    pub fn from_args(args: &Args) -> Result<HostPlan, String> {
-        let need = |n: &str| args.get(n).map(str::to_owned).ok_or_else(|| format!("host: --{n} is required"));
-        Ok(HostPlan {
-            url: need("database-url")?,
-            host_id: need("host-id")?,
-            tag: need("tag")?,
-            tasks: args.num("tasks", 10)?,
-            period: Duration::from_millis(args.num("period-ms", 1000)?),
-            start_ms: args.num("start-ms", 0)?,
-            end_ms: args.num("end-ms", 0)?,
-            skew_ms: args.num("skew-ms", 0)?,
-            hide: args.get("hide").map(str::to_owned),
-        })
     }
 
     /// Every firing of the run: task i fires at start + i × period / tasks + k × period.

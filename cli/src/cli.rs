@@ -1,0 +1,189 @@
+//! The command line of `rendezvous` (clap, derive API). Each subcommand's flags live beside
+//! the code that uses them: [`FleetOptions`], [`HostPlan`], [`StatusArgs`].
+use clap::{Args, Parser, Subcommand};
+
+use crate::fleet::FleetOptions;
+use crate::host::HostPlan;
+
+/// `rendezvous`: coordinate a fleet of hosts through the PostgreSQL database they already run.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rendezvous",
+    version,
+    about = "Run a fleet of hosts coordinating through one PostgreSQL under chaos, or show a \
+             database's coordination status",
+    after_help = "Run `rendezvous <COMMAND> --help` for a command's flags.",
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run N hosts as separate processes against one database, optionally under chaos, with
+    /// live progress, a report and a PASS/FAIL verdict (exit status 1 on FAIL)
+    #[command(long_about = FLEET_ABOUT)]
+    Fleet(FleetOptions),
+    /// Show who is live, who leads each group at which epoch, in-flight and recent firings,
+    /// and recent runs
+    Status(StatusArgs),
+    /// One fleet host (internal: `rendezvous fleet` starts these)
+    #[command(hide = true)]
+    Host(HostPlan),
+}
+
+impl Command {
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Fleet(_) => "fleet",
+            Command::Status(_) => "status",
+            Command::Host(_) => "host",
+        }
+    }
+}
+
+/// The flags of `rendezvous status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The database to read
+    #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: Option<String>,
+    /// Print JSON (for scripts) instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `rendezvous fleet --help`.
+const FLEET_ABOUT: &str = "\
+Run N hosts as separate OS processes against one database, optionally under chaos, with live \
+progress, then a report and a PASS/FAIL verdict (exit status 1 on FAIL).
+
+Without --database-url it starts a throwaway PostgreSQL in a temp dir on its own port (with \
+pg_rendezvous installed: scripts/install.sh) and stops it afterwards; it prints the URL, for \
+`rendezvous status` from another terminal.";
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("rendezvous").chain(args.iter().copied())).map(|c| c.command)
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn fleet_defaults_are_the_documented_ones() {
+        let Command::Fleet(o) = parse(&["fleet"]).unwrap() else { panic!() };
+        assert_eq!(o.url, None);
+        assert_eq!(o.hosts, 6);
+        assert_eq!(o.duration, Duration::from_secs(60));
+        assert_eq!(o.tasks, 12);
+        assert_eq!(o.period, Duration::from_millis(1000));
+        assert!(!o.chaos);
+        assert_eq!(o.seed, 1);
+    }
+
+    #[test]
+    fn fleet_flags_in_both_forms() {
+        let Command::Fleet(o) = parse(&[
+            "fleet",
+            "--chaos",
+            "--duration",
+            "15",
+            "--hosts=4",
+            "--tasks",
+            "8",
+            "--period-ms",
+            "250",
+            "--seed",
+            "3",
+            "--database-url",
+            "postgresql://x@h/db",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            (o.hosts, o.duration, o.tasks, o.period, o.chaos, o.seed),
+            (4, Duration::from_secs(15), 8, Duration::from_millis(250), true, 3)
+        );
+        assert_eq!(o.url.as_deref(), Some("postgresql://x@h/db"));
+    }
+
+    #[test]
+    fn bad_fleet_flags_say_what_to_do() {
+        for (args, hint) in [
+            (&["fleet", "--hosts", "1"][..], "from 2 to 64"),
+            (&["fleet", "--hosts", "65"][..], "from 2 to 64"),
+            (&["fleet", "--tasks", "0"][..], "1.."),
+            (&["fleet", "--period-ms", "99"][..], "at least 100 ms"),
+            (&["fleet", "--duration", "soon"][..], "whole number of seconds"),
+            (&["fleet", "--hosts"][..], "a value is required"),
+            (&["fleet", "--bogus"][..], "unexpected argument"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(hint), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_subcommand_answers_help() {
+        for args in [&["--help"][..], &["fleet", "--help"], &["status", "--help"]] {
+            let e = parse(args).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
+        }
+        let help = Cli::command().render_help().to_string();
+        assert!(
+            help.contains("  fleet ") && help.contains("  status ") && !help.contains("  host "),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn a_host_plan_survives_its_own_command_line() {
+        let plan = HostPlan {
+            url: "postgresql://postgres@127.0.0.1:5/postgres".into(),
+            host_id: "host-3".into(),
+            tag: "fleet42".into(),
+            tasks: 8,
+            period: Duration::from_millis(250),
+            start_ms: 1_700_000_000_000,
+            end_ms: 1_700_000_060_000,
+            skew_ms: -170_000,
+            hide: Some("host-1".into()),
+        };
+        for plan in [plan.clone(), HostPlan { skew_ms: 0, hide: None, ..plan }] {
+            let args = plan.to_args();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let Command::Host(back) = parse(&args).unwrap() else { panic!() };
+            assert_eq!(back, plan);
+        }
+    }
+
+    #[test]
+    fn host_takes_a_negative_skew_as_two_arguments_too() {
+        let Command::Host(p) =
+            parse(&["host", "--database-url", "u", "--host-id", "h", "--tag", "t", "--skew-ms", "-1500"])
+                .unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((p.skew_ms, p.tasks, p.period, p.hide), (-1500, 10, Duration::from_millis(1000), None));
+        let e = parse(&["host", "--host-id", "h", "--tag", "t"]).unwrap_err().to_string();
+        assert!(e.contains("--database-url"), "{e}");
+    }
+}
