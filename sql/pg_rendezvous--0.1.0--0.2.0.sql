@@ -15,6 +15,12 @@ BEGIN
 END
 $$;
 
+-- Token bumps and completions are flushed before they are acknowledged (ForceSyncCommit).
+CREATE  FUNCTION rendezvous."_durable_commit"() RETURNS void
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'durable_commit_wrapper';
+
 -- Firing keys refuse BC instants (the key's year has no era).
 CREATE OR REPLACE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -37,6 +43,124 @@ BEGIN
 END
 $$;
 
+-- Claims and completions are durable when acknowledged.
+CREATE OR REPLACE FUNCTION rendezvous.claim_firing(
+    task_id text,
+    fire_at timestamptz,
+    host_id text,
+    lease   interval DEFAULT '5 min'
+) RETURNS TABLE (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
+    fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
+    now_ timestamptz;
+BEGIN
+    PERFORM rendezvous._check_host_id(claim_firing.host_id);
+    IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
+        PERFORM rendezvous._check_lease(claim_firing.lease);
+    END IF;
+    FOR attempt IN 1..5 LOOP
+        now_ := pg_catalog.clock_timestamp();
+        RETURN QUERY
+            INSERT INTO rendezvous.firings AS f
+                (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, 1, now_,
+                    now_ + claim_firing.lease)
+            ON CONFLICT (firing_key) DO UPDATE
+               SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+                   lease_until = excluded.lease_until, attempts = f.attempts + 1
+             WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+            RETURNING true, f.holder, f.token, false, f.lease_until;
+        IF FOUND THEN
+            PERFORM rendezvous._durable_commit();
+            RETURN;
+        END IF;
+        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
+        RETURN QUERY
+            SELECT false, f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+              FROM rendezvous.firings f WHERE f.firing_key = fk;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'could not claim %: it is being purged concurrently', fk USING ERRCODE = '40001';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION rendezvous.claim_firings(
+    task_ids text[],
+    fire_ats timestamptz[],
+    host_id  text,
+    lease    interval DEFAULT '5 min'
+) RETURNS TABLE (ord integer, claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    won text[];
+BEGIN
+    IF claim_firings.task_ids IS NULL OR claim_firings.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(claim_firings.task_ids) <> cardinality(claim_firings.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(claim_firings.task_ids), cardinality(claim_firings.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    PERFORM rendezvous._check_host_id(claim_firings.host_id);
+    PERFORM rendezvous._check_lease(claim_firings.lease);
+    WITH input AS (
+        SELECT rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
+    ), claimed_now AS (
+        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
+          FROM input i ORDER BY i.fk
+        ON CONFLICT (firing_key) DO UPDATE
+           SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+               lease_until = excluded.lease_until, attempts = f.attempts + 1
+         WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+        RETURNING f.firing_key
+    )
+    SELECT coalesce(array_agg(c.firing_key), '{}') INTO won FROM claimed_now c;
+    IF cardinality(won) > 0 THEN
+        PERFORM rendezvous._durable_commit();
+    END IF;
+    -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
+    RETURN QUERY
+        SELECT u.ord::integer, f.firing_key = ANY (won), f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+          FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
+          JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.ord;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
+BEGIN
+    IF complete_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f
+       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+     WHERE f.firing_key = fk AND f.token = complete_firing.token;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM rendezvous._durable_commit();
+    RETURN true;
+END
+$$;
+
 -- complete_firings checks its arrays as complete_firing checks its arguments.
 CREATE OR REPLACE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
 RETURNS TABLE (ord integer, completed boolean)
@@ -55,6 +179,7 @@ BEGIN
         RAISE EXCEPTION 'tokens must not contain NULL (element %)', array_position(complete_firings.tokens, NULL)
             USING ERRCODE = '22004';
     END IF;
+    PERFORM rendezvous._durable_commit();
     RETURN QUERY
         WITH done AS (
             UPDATE rendezvous.firings f
@@ -70,6 +195,24 @@ BEGIN
                WITH ORDINALITY AS u(t, f, tok, ord)
          ORDER BY u.ord;
 END
+$$;
+
+-- Leader locks move to a lock space SQL cannot reach, keyed by this installation's leaders table.
+CREATE VIEW rendezvous.leader_locks AS
+    SELECT l.group_name, l.lock_id, k.pid, k.granted, k.waitstart
+      FROM pg_catalog.pg_locks k
+      JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
+     WHERE k.locktype = 'advisory' AND k.objsubid = 21082
+       AND k.classid = 'rendezvous.leaders'::regclass::oid
+       AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+COMMENT ON VIEW rendezvous.leader_locks IS
+    'Leader locks in pg_locks: the session (pid) holding or awaiting each group''s lock.';
+
+CREATE OR REPLACE FUNCTION rendezvous._lock_holder(lock_id integer) RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT k.pid FROM rendezvous.leader_locks k WHERE k.lock_id = _lock_holder.lock_id AND k.granted
 $$;
 
 -- Untyped array literals work for every ranked form.

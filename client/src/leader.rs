@@ -1,9 +1,12 @@
 //! Leader election for one group: [`LeaderElector`] on its own dedicated connection.
 //!
-//! The leader holds the group's session-level advisory lock (`rendezvous.try_lead`), so its
-//! leadership ends exactly when its session does. Followers wait on that lock (cancellably),
-//! so they take over within milliseconds of the leader's session ending, not at their next
-//! tick.
+//! The leader holds the group's session-level lock (`rendezvous.try_lead`), so its leadership
+//! ends exactly when its session does. Followers LISTEN on the `rendezvous_leader` channel,
+//! where a leader's session announces the group as it gives the lock back (on `resign`, and
+//! when the session ends: a killed process, a terminated backend), and claim again at once:
+//! they take over within milliseconds, yet wait idle, outside any statement, so a follower
+//! holds no snapshot (nothing for VACUUM to wait on) and no lock on the extension's tables.
+//! They also claim again every refresh tick, in case an announcement was missed.
 //!
 //! **Fail-closed.** `is_leader()` is true only while the leader's last confirmation is
 //! younger than the lease (default 2 × refresh): a leader that cannot reach the database,
@@ -19,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::{Client, GenericClient, Notification};
 
 use crate::{sql, Error, Result};
 
@@ -228,12 +231,18 @@ impl LeaderElector {
     }
 }
 
-/// A dedicated session: its client, its backend pid, and a signal when its connection ends.
+/// A dedicated session: its client, its backend pid, a signal when its connection ends, and
+/// the leader announcements it listens to.
 struct Session {
     client: Client,
     pid: i32,
     closed: oneshot::Receiver<()>,
+    announcements: mpsc::Receiver<Notification>,
 }
+
+/// How soon a follower claims again when the lock is held but nobody is recorded as leader (a
+/// claim in flight, or one whose transaction is aborting: no announcement will come).
+const UNRECORDED_HOLDER_RETRY: Duration = Duration::from_millis(100);
 
 struct Run {
     url: String,
@@ -289,38 +298,24 @@ impl Run {
     /// Competes on one session until it is lost (Ok(false)) or stop is asked (Ok(true)).
     async fn compete(&mut self, session: &mut Session) -> Result<bool> {
         loop {
-            let claim = self.claim(&session.client, session.pid, false).await?;
-            let claim = if claim.is_leader {
-                claim
-            } else {
-                self.follower(claim.leader.clone(), Some(claim.epoch), "another candidate leads".into());
-                // Fast takeover: wait on the lock itself; cancel the wait to stop.
-                let cancel = session.client.cancel_token();
-                let mut stop = self.stop.clone();
-                let outcome = tokio::select! {
-                    r = self.claim(&session.client, session.pid, true) => Some(r),
-                    _ = stop.changed() => None,
-                    _ = &mut session.closed => Some(Err(Error::Disconnected("connection closed while waiting for the lock".into()))),
-                };
-                match outcome {
-                    None => {
-                        let _ = cancel.cancel_query(NoTls).await;
-                        // The next statement on this session runs only once the cancelled
-                        // wait has ended; if the wait won the lock first, this gives it back.
-                        let _ =
-                            tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group))
-                                .await;
-                        return Ok(true);
-                    }
-                    Some(r) => r?,
+            let claim = self.claim(&session.client, session.pid).await?;
+            if claim.is_leader {
+                match self.hold(session, claim.epoch).await? {
+                    Held::Stopped => return Ok(true),
+                    Held::Lost => return Ok(false),
                 }
-            };
-            if !claim.is_leader {
-                continue;
             }
-            match self.hold(session, claim.epoch).await? {
-                Held::Stopped => return Ok(true),
-                Held::Lost => return Ok(false),
+            self.follower(claim.leader.clone(), Some(claim.epoch), "another candidate leads".into());
+            // Idle until the leader's session announces the lock free, or the next tick.
+            let retry = if claim.leader.is_none() { UNRECORDED_HOLDER_RETRY } else { self.options.refresh };
+            let mut stop = self.stop.clone();
+            tokio::select! {
+                _ = stop.changed() => return Ok(true),
+                _ = &mut session.closed => {
+                    return Err(Error::Disconnected("connection closed while following".into()));
+                }
+                _ = announced(&mut session.announcements, &self.group) => {}
+                _ = tokio::time::sleep(retry) => {}
             }
         }
     }
@@ -344,7 +339,7 @@ impl Run {
                     return Ok(Held::Lost);
                 }
                 _ = tick.tick() => {
-                    match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid, false)).await {
+                    match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)).await {
                         Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(),
                         Ok(Ok(c)) => {
                             self.step_down(c.leader.as_ref().map(|_| c.epoch), format!("lost the lock (epoch now {})", c.epoch));
@@ -369,11 +364,9 @@ impl Run {
     }
 
     /// One `try_lead` on the dedicated session, checking it is still the same backend.
-    async fn claim(&self, client: &Client, session_pid: i32, wait: bool) -> Result<Claim> {
-        let row = client
-            .query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate, &wait])
-            .await
-            .map_err(|e| {
+    async fn claim(&self, client: &Client, session_pid: i32) -> Result<Claim> {
+        let row =
+            client.query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate]).await.map_err(|e| {
                 if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
                     Error::PoolerDetected(e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default())
                 } else {
@@ -391,10 +384,15 @@ impl Run {
 
     async fn connect(&self) -> Result<Session> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
-        let (client, closed) = crate::connect_watched(&self.url, &name).await?;
-        let pid: i32 =
-            client.query_one("SELECT pg_catalog.pg_backend_pid()", &[]).await.map_err(Error::from_db)?.get(0);
-        Ok(Session { client, pid, closed })
+        let watched = crate::connect_watched(&self.url, &name).await?;
+        watched.client.batch_execute(sql::LISTEN_LEADERS).await.map_err(Error::from_db)?;
+        let pid: i32 = watched.client.query_one(sql::BACKEND_PID, &[]).await.map_err(Error::from_db)?.get(0);
+        Ok(Session {
+            client: watched.client,
+            pid,
+            closed: watched.closed,
+            announcements: watched.notifications,
+        })
     }
 
     /// Sleeps, or returns true at once if stop is asked.
@@ -440,4 +438,15 @@ impl Run {
             changed
         });
     }
+}
+
+/// Returns when `group`'s lock is announced free on the session's channel (other groups'
+/// announcements are skipped); never, if the connection's notifications end.
+async fn announced(announcements: &mut mpsc::Receiver<Notification>, group: &str) {
+    while let Some(n) = announcements.recv().await {
+        if n.payload() == group {
+            return;
+        }
+    }
+    std::future::pending::<()>().await
 }

@@ -54,26 +54,59 @@ pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
 /// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
 /// host's sessions are recognisable in `pg_stat_activity`.
 pub async fn connect_as(database_url: &str, application_name: &str) -> Result<tokio_postgres::Client> {
-    Ok(connect_watched(database_url, application_name).await?.0)
+    Ok(connect_watched(database_url, application_name).await?.client)
 }
 
-/// [`connect_as`], plus a signal that fires when the connection ends (for owners of a
-/// dedicated session that must notice its loss at once).
-pub(crate) async fn connect_watched(
-    database_url: &str,
-    application_name: &str,
-) -> Result<(tokio_postgres::Client, tokio::sync::oneshot::Receiver<()>)> {
+/// A connection whose owner must notice its loss at once, and may LISTEN on it.
+pub(crate) struct Watched {
+    pub(crate) client: tokio_postgres::Client,
+    /// Fires when the connection ends.
+    pub(crate) closed: tokio::sync::oneshot::Receiver<()>,
+    /// Notifications from channels the session listens on (the newest are dropped when the
+    /// owner falls 64 behind: they are wake-ups, and the owner re-checks the database anyway).
+    pub(crate) notifications: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+}
+
+/// [`connect_as`], plus a signal when the connection ends and its notifications.
+pub(crate) async fn connect_watched(database_url: &str, application_name: &str) -> Result<Watched> {
     let mut config: tokio_postgres::Config = database_url.parse().map_err(Error::Connect)?;
     if config.get_application_name().is_none() {
         config.application_name(application_name);
     }
-    let (client, connection) = config.connect(tokio_postgres::NoTls).await.map_err(Error::Connect)?;
+    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await.map_err(Error::Connect)?;
     let (closed_tx, closed) = tokio::sync::oneshot::channel();
+    let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {
-        if let Err(e) = connection.await {
+        use tokio_postgres::AsyncMessage;
+        // Drives the connection as awaiting it would, keeping its notifications and logging
+        // its notices (a WARNING from the server must not go unseen).
+        let ended = std::future::poll_fn(|cx| loop {
+            match connection.poll_message(cx) {
+                std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
+                    let _ = notification_tx.try_send(n);
+                }
+                std::task::Poll::Ready(Some(Ok(AsyncMessage::Notice(notice)))) => {
+                    if notice.severity() == "WARNING" {
+                        tracing::warn!(message = notice.message(), "server warning");
+                    } else {
+                        tracing::debug!(
+                            severity = notice.severity(),
+                            message = notice.message(),
+                            "server notice"
+                        );
+                    }
+                }
+                std::task::Poll::Ready(Some(Ok(_))) => {}
+                std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Ready(None) => return std::task::Poll::Ready(Ok(())),
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        })
+        .await;
+        if let Err(e) = ended {
             tracing::debug!(error = %e, "rendezvous connection ended");
         }
         let _ = closed_tx.send(());
     });
-    Ok((client, closed))
+    Ok(Watched { client, closed, notifications })
 }

@@ -34,9 +34,13 @@ pub const PURGE_RUNS: &str = "SELECT rendezvous.purge_runs(pg_catalog.make_inter
 /// Claim: `$1` group, `$2` candidate, `$3` wait.
 pub const TRY_LEAD: &str =
     "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)";
-/// Claim plus the backend pid, to notice a pooler swapping sessions.
+/// Claim (never waiting) plus the backend pid, to notice a pooler swapping sessions.
 pub const TRY_LEAD_CHECKED: &str = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
-       FROM rendezvous.try_lead($1::text, $2::text, $3::bool) t";
+       FROM rendezvous.try_lead($1::text, $2::text) t";
+/// Listens for leader locks given back (payload: the group); the extension announces there.
+pub const LISTEN_LEADERS: &str = "LISTEN rendezvous_leader";
+/// The session's backend pid.
+pub const BACKEND_PID: &str = "SELECT pg_catalog.pg_backend_pid()";
 /// Resign: `$1` group.
 pub const RESIGN: &str = "SELECT rendezvous.resign($1::text)";
 /// Current leader: `$1` group.

@@ -71,6 +71,7 @@ BEGIN
              WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
             RETURNING true, f.holder, f.token, false, f.lease_until;
         IF FOUND THEN
+            PERFORM rendezvous._durable_commit();
             RETURN;
         END IF;
         -- Someone holds a live lease, or the firing is done (the row is locked by us now).
@@ -127,6 +128,9 @@ BEGIN
         RETURNING f.firing_key
     )
     SELECT coalesce(array_agg(c.firing_key), '{}') INTO won FROM claimed_now c;
+    IF cardinality(won) > 0 THEN
+        PERFORM rendezvous._durable_commit();
+    END IF;
     -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
     RETURN QUERY
         SELECT u.ord::integer, f.firing_key = ANY (won), f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
@@ -156,6 +160,7 @@ BEGIN
         RAISE EXCEPTION 'tokens must not contain NULL (element %)', array_position(complete_firings.tokens, NULL)
             USING ERRCODE = '22004';
     END IF;
+    PERFORM rendezvous._durable_commit();
     RETURN QUERY
         WITH done AS (
             UPDATE rendezvous.firings f
@@ -189,7 +194,11 @@ BEGIN
     UPDATE rendezvous.firings f
        SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
      WHERE f.firing_key = fk AND f.token = complete_firing.token;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM rendezvous._durable_commit();
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS

@@ -1,4 +1,4 @@
-//! Leader claims: one leader per group, on a session-level advisory lock, with fencing epochs.
+//! Leader claims: one leader per group, on a session-level lock, with fencing epochs.
 //!
 //! The lock is the truth: it dies with the holder's session, so there is no pid to probe, no
 //! staleness to guess and no recycled-pid wedge. `rendezvous.leaders` records, per group, the
@@ -6,34 +6,117 @@
 //! holds it; `rendezvous.leader()` trusts that record only while `pg_locks` shows its session
 //! still holding the lock.
 //!
-//! Lock ids are allocated from a sequence, not hashed, and taken in the two-key form
-//! `(LOCK_CLASS, lock_id)`: PostgreSQL keeps that keyspace apart from the one-`bigint` form
-//! most applications use, so they cannot collide with ours, nor groups with each other.
+//! The lock lives in a lock space of its own that no SQL function reaches: an advisory lock tag
+//! whose fourth field is `LOCK_SPACE` (`pg_advisory_lock` uses 1 and 2 there), so no role can
+//! take or block a group's lock with SQL, and only `try_lead` (which always records a new
+//! term) ever holds one. Its second field is the OID of `rendezvous.leaders`, which a DROP and
+//! CREATE EXTENSION changes: a lock taken before cannot count for a group made after. Lock ids
+//! are allocated from a sequence, not hashed, so groups never collide.
 //!
-//! The lock is taken with the lock manager directly (not `pg_try_advisory_lock` through SPI)
-//! so that nothing can interrupt between taking it and registering the abort callback that
-//! gives it back: a claim whose transaction aborts leaves neither a held lock without the
-//! record (the callback releases it) nor the record without the lock (the record rolls back).
+//! The lock is taken with the lock manager directly (not through SPI) so that nothing can
+//! interrupt between taking it and registering the callbacks that give it back: a claim whose
+//! transaction or savepoint aborts leaves neither a held lock without the record (the callback
+//! releases it) nor the record without the lock (the record rolls back). A transaction that
+//! records a term cannot be prepared (two-phase commit would let the record and the lock part).
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
 
 use crate::errors::{invalid_argument, null_argument, raise};
 
-/// The first key of every lock we take: "RDZV" in ASCII. Shown as `classid` in `pg_locks`.
-pub(crate) const LOCK_CLASS: u32 = 0x5244_5a56;
+/// The fourth field of every leader lock tag ("RZ"): advisory locks taken from SQL use 1 (one
+/// `bigint` key) or 2 (two `integer` keys), so SQL can never name ours. `objsubid` in `pg_locks`.
+pub(crate) const LOCK_SPACE: u16 = 0x525a;
 
 extension_sql_file!("leader.sql", name = "leader_tables");
 
-/// The lock tag of a group's lock: advisory, two-key form, in the current database.
+/// The OID of `rendezvous.leaders` in this database, as installed now (never cached: a DROP and
+/// CREATE EXTENSION in the same session must not let old locks count).
+fn leaders_table_oid() -> u32 {
+    // SAFETY: catalog lookups by name with valid C strings; missing_ok = false raises if absent.
+    unsafe {
+        let namespace = pg_sys::get_namespace_oid(c"rendezvous".as_ptr(), false);
+        pg_sys::get_relname_relid(c"leaders".as_ptr(), namespace).to_u32()
+    }
+}
+
+/// The lock tag of a group's lock in the current database (see the module comment).
 fn lock_tag(lock_id: i32) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set for the life of a backend connected to a database.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
-        locktag_field2: LOCK_CLASS,
+        locktag_field2: leaders_table_oid(),
         locktag_field3: lock_id as u32,
-        locktag_field4: 2, // the (int4, int4) form of pg_advisory_lock
+        locktag_field4: LOCK_SPACE,
         locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
         locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+/// The channel a leader's session announces on (payload: the group) when it gives a group's
+/// lock back, on `resign` and when the session ends: followers LISTEN here instead of waiting
+/// inside a statement, which would hold a snapshot (and back VACUUM) for the leader's whole term.
+pub(crate) const CHANNEL: &CStr = c"rendezvous_leader";
+
+extern "C-unwind" {
+    // commands/async.h: queues a notification, sent when the current transaction commits.
+    fn Async_Notify(channel: *const c_char, payload: *const c_char);
+}
+
+thread_local! {
+    /// The groups whose lock this backend took, with their tags: what `resign` gives back and
+    /// what the session announces when it ends.
+    static TAKEN: RefCell<Vec<(String, pg_sys::LOCKTAG)>> = const { RefCell::new(Vec::new()) };
+    static EXIT_HOOK_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Remembers that this backend took `group`'s lock, and makes sure its end is announced.
+fn remember_taken(group: &str, tag: pg_sys::LOCKTAG) {
+    TAKEN.with(|taken| {
+        let mut taken = taken.borrow_mut();
+        taken.retain(|(g, _)| g != group);
+        taken.push((group.to_owned(), tag));
+    });
+    if !EXIT_HOOK_SET.replace(true) {
+        // SAFETY: registers a plain function for this backend's exit; it runs once.
+        unsafe { pg_sys::before_shmem_exit(Some(announce_departure), pg_sys::Datum::from(0)) };
+    }
+}
+
+/// Queues a notification that `group`'s lock is free (sent at commit).
+fn announce_free(group: &str) {
+    let payload = CString::new(group).expect("text has no NUL bytes");
+    // SAFETY: valid C strings; Async_Notify copies them.
+    unsafe { Async_Notify(CHANNEL.as_ptr(), payload.as_ptr()) }
+}
+
+/// At backend exit, before the lock manager drops this session's locks: gives back every
+/// group lock it holds and announces each in a last transaction, so a waiting follower takes
+/// over within milliseconds of a leader's session ending (killed client, terminated backend).
+/// An error here ends the backend as it was ending anyway (errors in exit callbacks are FATAL).
+#[pg_guard]
+unsafe extern "C-unwind" fn announce_departure(_code: c_int, _arg: pg_sys::Datum) {
+    let taken = TAKEN.with(|taken| std::mem::take(&mut *taken.borrow_mut()));
+    if taken.is_empty() {
+        return;
+    }
+    // SAFETY: the pattern PostgreSQL's own exit callbacks use (temp tables): leave any
+    // transaction in progress, then run a short one of our own.
+    unsafe {
+        pg_sys::AbortOutOfAnyTransaction();
+        let freed: Vec<String> =
+            taken.into_iter().filter(|(_, tag)| held_by_me(tag) && release(tag)).map(|(g, _)| g).collect();
+        if freed.is_empty() {
+            return;
+        }
+        pg_sys::StartTransactionCommand();
+        for group in &freed {
+            announce_free(group);
+        }
+        pg_sys::CommitTransactionCommand();
     }
 }
 
@@ -101,9 +184,50 @@ fn record_new_term(group: &str, candidate: &str) -> Option<i64> {
     .expect("record the new leadership term")
 }
 
+/// Gives the lock back if the transaction, or the savepoint it was taken in, aborts: the
+/// record of the term rolls back with it, so the lock must too.
+fn release_on_abort(tag: pg_sys::LOCKTAG) {
+    // SAFETY: plain reads of the current subtransaction id.
+    let taken_in = Rc::new(Cell::new(unsafe { pg_sys::GetCurrentSubTransactionId() }));
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, move || {
+        if held_by_me(&tag) {
+            release(&tag);
+        }
+    });
+    // A savepoint that commits hands the lock to its parent; one that aborts takes it along.
+    let owner = AssertUnwindSafe(Rc::clone(&taken_in));
+    pgrx::register_subxact_callback(pgrx::PgSubXactCallbackEvent::CommitSub, move |mine, parent| {
+        if owner.get() == mine {
+            owner.set(parent);
+        }
+    });
+    let owner = AssertUnwindSafe(taken_in);
+    pgrx::register_subxact_callback(pgrx::PgSubXactCallbackEvent::AbortSub, move |mine, _| {
+        if owner.get() == mine && held_by_me(&tag) {
+            release(&tag);
+        }
+    });
+}
+
+/// Refuses PREPARE TRANSACTION for a transaction that records a term: ROLLBACK PREPARED would
+/// undo the record while this session keeps the lock.
+fn refuse_prepare() {
+    pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::PrePrepare, || {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "cannot PREPARE a transaction that claimed leadership: claim it in a transaction of its own",
+        )
+    });
+}
+
 /// `record_new_term`, or, when the group vanished, gives the lock back and raises 40001 so the
 /// caller retries (its next claim creates the group afresh).
 fn record_new_term_or_retry(group: &str, candidate: &str, tag: &pg_sys::LOCKTAG) -> i64 {
+    refuse_prepare();
+    // The epoch bump must survive a crash once acknowledged, whatever the session's
+    // synchronous_commit: a lost bump would hand the same epoch to the next leader.
+    // SAFETY: only sets a flag this transaction's commit reads.
+    unsafe { pg_sys::ForceSyncCommit() };
     record_new_term(group, candidate).unwrap_or_else(|| {
         release(tag);
         raise(
@@ -158,13 +282,10 @@ fn try_lead(
     }
 
     if acquire(&tag, wait.unwrap_or(false)) {
-        // Nothing between acquire() and this line can raise: if this transaction aborts from
-        // here on, the callback gives the lock back so no lock outlives its record.
-        pgrx::register_xact_callback(pgrx::PgXactCallbackEvent::Abort, move || {
-            if held_by_me(&tag) {
-                release(&tag);
-            }
-        });
+        // Nothing between acquire() and this line can raise: if this transaction or the
+        // savepoint we are in aborts from here on, the lock is given back with the record.
+        release_on_abort(tag);
+        remember_taken(&group, tag);
         let epoch = record_new_term_or_retry(&group, &candidate, &tag);
         return TableIterator::once((true, Some(candidate), epoch));
     }
@@ -177,33 +298,21 @@ fn try_lead(
     TableIterator::once((false, leader, epoch.unwrap_or_default()))
 }
 
-/// Gives up leadership of `group_name` if this session holds it; true if it did.
+/// Gives up leadership of `group_name` if this session holds it; true if it did. Followers
+/// listening on the `rendezvous_leader` channel hear of it when this transaction commits.
 #[pg_extern(volatile, parallel_unsafe)]
 fn resign(group_name: Option<&str>) -> bool {
     let group = check_name("group_name", group_name);
-    let lock_id = Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT lock_id FROM rendezvous.leaders WHERE group_name = $1",
-            None,
-            &[group.as_str().into()],
-        )?;
-        if rows.is_empty() {
-            Ok(None)
-        } else {
-            rows.first().get_one::<i32>()
-        }
-    })
-    .expect("read the group's lock id");
-    // A group nobody ever claimed has no row, and nothing to give up.
-    let Some(lock_id) = lock_id else { return false };
-    let tag = lock_tag(lock_id);
-    if !held_by_me(&tag) {
-        return false;
-    }
+    // Only try_lead takes group locks, and it remembers them: a group this session never took
+    // (or whose row was deleted since) needs no table read.
+    let tag = TAKEN.with(|taken| taken.borrow().iter().find(|(g, _)| *g == group).map(|(_, tag)| *tag));
+    let Some(tag) = tag.filter(held_by_me) else { return false };
     Spi::run_with_args(
         "UPDATE rendezvous.leaders SET pid = NULL WHERE group_name = $1 AND pid = pg_catalog.pg_backend_pid()",
         &[group.as_str().into()],
     )
     .expect("clear the holder");
+    TAKEN.with(|taken| taken.borrow_mut().retain(|(g, _)| *g != group));
+    announce_free(&group);
     release(&tag)
 }

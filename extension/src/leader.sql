@@ -41,15 +41,24 @@ BEGIN
 END
 $$;
 
+-- Every leader lock in pg_locks, held or awaited, with its group: the one place that knows how
+-- they appear there (advisory, classid = this table's OID, objsubid = 21082, objid = lock_id).
+CREATE VIEW rendezvous.leader_locks AS
+    SELECT l.group_name, l.lock_id, k.pid, k.granted, k.waitstart
+      FROM pg_catalog.pg_locks k
+      JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
+     WHERE k.locktype = 'advisory' AND k.objsubid = 21082
+       AND k.classid = 'rendezvous.leaders'::regclass::oid
+       AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+COMMENT ON VIEW rendezvous.leader_locks IS
+    'Leader locks in pg_locks: the session (pid) holding or awaiting each group''s lock.';
+
 -- The session holding a group's lock now, from the lock manager.
 CREATE FUNCTION rendezvous._lock_holder(lock_id integer) RETURNS integer
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT k.pid FROM pg_catalog.pg_locks k
-     WHERE k.locktype = 'advisory' AND k.granted AND k.objsubid = 2
-       AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database())
-       AND k.classid = 1380211286::oid AND k.objid = lock_id::oid
+    SELECT k.pid FROM rendezvous.leader_locks k WHERE k.lock_id = _lock_holder.lock_id AND k.granted
 $$;
 
 CREATE FUNCTION rendezvous.leader(group_name text)

@@ -7,7 +7,7 @@ SELECT leader, epoch, since, pid FROM rendezvous.leader('scheduler');
 SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
 SELECT * FROM rendezvous.try_lead('scheduler', 'host-a');
 SELECT leader, epoch, since IS NOT NULL AS has_since, pid = pg_backend_pid() AS mine FROM rendezvous.leader('scheduler');
-SELECT count(*) AS our_locks FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid();
+SELECT group_name, granted FROM rendezvous.leader_locks WHERE pid = pg_backend_pid();
 
 -- The fencing token passes while it is live.
 SELECT rendezvous.assert_leader('scheduler', 1);
@@ -26,8 +26,43 @@ SELECT rendezvous.resign('scheduler');
 BEGIN;
 SELECT * FROM rendezvous.try_lead('reports', 'host-a');
 ROLLBACK;
-SELECT count(*) AS our_locks FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid();
+SELECT count(*) AS our_locks FROM rendezvous.leader_locks WHERE pid = pg_backend_pid();
 SELECT leader, epoch FROM rendezvous.leader('reports');
+
+-- So does a claim whose savepoint rolls back, however deep, once the claim is inside it.
+BEGIN;
+SAVEPOINT outer_sp;
+SAVEPOINT inner_sp;
+SELECT is_leader, epoch FROM rendezvous.try_lead('reports', 'host-a');
+RELEASE inner_sp;
+SELECT count(*) AS locks_in_savepoint FROM rendezvous.leader_locks WHERE pid = pg_backend_pid();
+ROLLBACK TO outer_sp;
+SELECT count(*) AS locks_after_rollback_to FROM rendezvous.leader_locks WHERE pid = pg_backend_pid();
+COMMIT;
+SELECT leader, epoch FROM rendezvous.leader('reports');
+-- A savepoint released into a transaction that commits keeps the claim.
+BEGIN;
+SAVEPOINT sp;
+SELECT is_leader, epoch FROM rendezvous.try_lead('reports', 'host-a');
+RELEASE sp;
+COMMIT;
+SELECT leader, epoch, pid = pg_backend_pid() AS mine FROM rendezvous.leader('reports');
+SELECT rendezvous.resign('reports');
+
+-- A transaction that claimed leadership cannot be prepared (ROLLBACK PREPARED would undo the
+-- term and keep the lock); the claim goes with it.
+BEGIN;
+SELECT is_leader FROM rendezvous.try_lead('reports', 'host-a');
+PREPARE TRANSACTION 'claimed';
+SELECT count(*) AS our_locks FROM rendezvous.leader_locks WHERE pid = pg_backend_pid();
+
+-- Leader locks live where SQL cannot reach them: the advisory keys pg_locks shows for them,
+-- taken with pg_advisory_lock in both forms, are other locks (specs/ shows they block nothing).
+SELECT is_leader FROM rendezvous.try_lead('reports', 'host-a');
+SELECT k.locktype, k.objsubid, k.classid = 'rendezvous.leaders'::regclass AS keyed_by_leaders_table
+  FROM pg_locks k JOIN rendezvous.leader_locks l ON l.pid = k.pid AND k.objid = l.lock_id::oid
+ WHERE l.group_name = 'reports' AND k.locktype = 'advisory';
+SELECT rendezvous.resign('reports');
 
 -- Groups get distinct allocated lock ids.
 SELECT * FROM rendezvous.try_lead('g1', 'x');

@@ -41,10 +41,17 @@ impl Candidate {
     }
 }
 
-async fn wait_for_waiter(client: &tokio_postgres::Client) {
+/// Waits until a follower idles: it claimed, lost, and listens for the leader's announcement.
+async fn wait_for_follower(client: &tokio_postgres::Client) {
     loop {
         let n: i64 = client
-            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND NOT granted", &[])
+            .query_one(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity a
+                  WHERE a.application_name LIKE 'rendezvous leader %' AND a.state = 'idle'
+                    AND a.query LIKE '%try_lead%'
+                    AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
+                &[],
+            )
             .await
             .unwrap()
             .get(0);
@@ -72,7 +79,7 @@ async fn main() {
     for trial in 1..=TRIALS {
         let mut follower = Candidate::spawn(&url, &format!("c{trial}"));
         assert_eq!(follower.next_state().await, "follower");
-        wait_for_waiter(&admin).await;
+        wait_for_follower(&admin).await;
         let killed = Instant::now();
         std::process::Command::new("kill")
             .args(["-KILL", &leader.child.id().unwrap().to_string()])

@@ -27,13 +27,11 @@ async fn start(url: &str, group: &str, candidate: &str) -> LeaderElector {
     LeaderElector::start(url, group, candidate, fast()).await.unwrap()
 }
 
-/// Backends holding our advisory lock for `group`, from pg_locks.
+/// Backends holding the leader lock of `group` (`rendezvous.leader_locks`, from pg_locks).
 async fn lock_holders(client: &tokio_postgres::Client, group: &str) -> i64 {
     client
         .query_one(
-            "SELECT count(*) FROM pg_locks k JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
-              WHERE l.group_name = $1 AND k.locktype = 'advisory' AND k.classid = 1380211286::oid
-                AND k.objsubid = 2 AND k.granted",
+            "SELECT count(*) FROM rendezvous.leader_locks WHERE group_name = $1 AND granted",
             &[&group],
         )
         .await
@@ -119,7 +117,7 @@ async fn sigkill_of_the_leader_process_fails_over_fast() {
     let epoch = first.wait_leader(Duration::from_secs(10)).await.expect("p1 leads");
     let mut second = Process::spawn(&db.url, "shared-agent", "p2");
     // p2 is a follower waiting on the lock.
-    wait_until_follower_waits(&client, "shared-agent").await;
+    wait_until_follower_listens(&client, "shared-agent").await;
     assert_eq!(second.wait_leader(Duration::from_millis(300)).await, None);
 
     let killed = Instant::now();
@@ -135,24 +133,31 @@ async fn sigkill_of_the_leader_process_fails_over_fast() {
     assert_eq!(lock_holders(&client, "shared-agent").await, 0);
 }
 
-async fn wait_until_follower_waits(client: &tokio_postgres::Client, group: &str) {
+/// Waits until an elector of `group` follows: it claimed, lost, and now idles outside any
+/// statement (listening for the leader's announcement) without the lock.
+async fn wait_until_follower_listens(client: &tokio_postgres::Client, group: &str) {
     let start = Instant::now();
-    loop {
-        let waiting: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_locks k JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
-                  WHERE l.group_name = $1 AND k.locktype = 'advisory' AND NOT k.granted",
-                &[&group],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            return;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "no follower waiting on the lock");
+    while following_sessions(client, group).await.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "no follower of {group} idles");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Backend pids of `group`'s electors that claimed, do not hold the lock, and sit idle.
+async fn following_sessions(client: &tokio_postgres::Client, group: &str) -> Vec<i32> {
+    client
+        .query(
+            "SELECT a.pid FROM pg_catalog.pg_stat_activity a
+              WHERE a.application_name LIKE 'rendezvous leader ' || $1 || ' %'
+                AND a.state = 'idle' AND a.query LIKE '%try_lead%'
+                AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
+            &[&group],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,7 +168,7 @@ async fn terminated_backend_steps_the_leader_down_and_the_follower_takes_over() 
     wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
     let epoch = a.epoch().unwrap();
     let b = start(&db.url, "g", "b").await;
-    wait_until_follower_waits(&admin, "g").await;
+    wait_until_follower_listens(&admin, "g").await;
     let mut a_changes = a.changes();
     a_changes.borrow_and_update();
 
@@ -268,7 +273,7 @@ async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
     wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
     let old = a.epoch().unwrap();
     let b = start(&db.url, "fence", "b").await;
-    wait_until_follower_waits(&admin, "fence").await;
+    wait_until_follower_listens(&admin, "fence").await;
 
     // a's guarded write is in flight (fenced, not committed) when a's session dies.
     let mut writer = db.connect().await;
@@ -363,25 +368,63 @@ async fn a_transaction_mode_pooler_is_refused_not_double_led() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn shutting_down_a_waiting_follower_leaks_no_lock() {
+async fn shutting_down_a_follower_leaks_no_lock() {
     let db = TestDb::new("lead_cancel").await;
     let admin = db.connect().await;
     let a = start(&db.url, "g", "a").await;
     wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
     for round in 0..5 {
         let f = start(&db.url, "g", &format!("f{round}")).await;
-        wait_until_follower_waits(&admin, "g").await;
-        // Shut the follower down while its claim is blocked on the lock, mid-call.
+        wait_until_follower_listens(&admin, "g").await;
         f.shutdown().await.unwrap();
     }
-    let waiting: i64 = admin
-        .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND NOT granted", &[])
+    a.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lock_holders(&admin, "g").await, 0, "no stopped follower picked the lock up");
+    assert_eq!(leader::leader(&admin, "g").await.unwrap().leader, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announcement() {
+    let db = TestDb::new("lead_idle").await;
+    let admin = db.connect().await;
+    let a = start(&db.url, "g", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    // b's own tick is a minute away: only the leader's announcement can make it take over soon.
+    let slow = LeaderOptions { refresh: Duration::from_secs(60), lease: None };
+    let b = LeaderElector::start(&db.url, "g", "b", slow).await.unwrap();
+    wait_until_follower_listens(&admin, "g").await;
+    let b_pid = following_sessions(&admin, "g").await[0];
+
+    // While it follows, b's session holds back no VACUUM (no xmin) and holds no lock at all.
+    let row = admin
+        .query_one(
+            "SELECT a.backend_xmin IS NULL, (SELECT count(*) FROM pg_catalog.pg_locks k WHERE k.pid = a.pid)
+               FROM pg_catalog.pg_stat_activity a WHERE a.pid = $1",
+            &[&b_pid],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "a following session holds a snapshot");
+    assert_eq!(row.get::<_, i64>(1), 0, "a following session holds locks");
+    // DDL on the extension's tables does not queue behind the follower (nor the API behind it).
+    admin
+        .batch_execute(
+            "SET lock_timeout = '2s';
+             BEGIN; LOCK TABLE rendezvous.leaders, rendezvous.hosts IN ACCESS EXCLUSIVE MODE; COMMIT;
+             RESET lock_timeout;",
+        )
+        .await
+        .unwrap();
+
+    // The leader's session ends (its backend is terminated): b hears it and takes over.
+    let a_pid: i32 = admin
+        .query_one("SELECT pid FROM rendezvous.leader_locks WHERE group_name = 'g' AND granted", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(waiting, 0, "a cancelled wait is gone");
+    admin.execute("SELECT pg_catalog.pg_terminate_backend($1)", &[&a_pid]).await.unwrap();
+    wait_until("b takes over well before its own tick", Duration::from_secs(10), || b.is_leader()).await;
     a.shutdown().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(lock_holders(&admin, "g").await, 0, "no cancelled follower picked the lock up");
-    assert_eq!(leader::leader(&admin, "g").await.unwrap().leader, None);
+    b.shutdown().await.unwrap();
 }

@@ -11,7 +11,7 @@ mod tests {
                     .unwrap();
             assert_eq!((is_leader, epoch), (Some(true), Some(1)));
         }
-        let held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1380211286 AND pid = pg_backend_pid()";
+        let held = "SELECT count(*) FROM rendezvous.leader_locks WHERE pid = pg_backend_pid()";
         assert_eq!(Spi::get_one::<i64>(held), Ok(Some(1)));
         assert_eq!(Spi::get_one::<bool>("SELECT rendezvous.resign('g')"), Ok(Some(true)));
         assert_eq!(Spi::get_one::<i64>(held), Ok(Some(0)));
