@@ -227,3 +227,152 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT rendezvous.ranked(key, hosts, weights::double precision[]) $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, text[], text) IS 'Weighted ranked(key, hosts, weights) for an untyped weights literal such as ''{1,2}''.';
+
+-- API for what clients read directly before: the live set with weights, firing states.
+CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT '10 s')
+RETURNS TABLE (host_id text, weight double precision)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_staleness(live_members.staleness);
+    RETURN QUERY
+        SELECT h.host_id, h.weight FROM rendezvous.hosts h
+         WHERE h.last_seen > pg_catalog.clock_timestamp() - live_members.staleness
+         ORDER BY h.host_id;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.live_members(interval) IS 'live_hosts with each host''s weight: what a client needs to compute weighted HRW locally.';
+
+CREATE FUNCTION rendezvous.firing_states(task_ids text[], fire_ats timestamptz[])
+RETURNS TABLE (ord integer, claimed boolean, completed boolean, lease_remaining interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF firing_states.task_ids IS NULL OR firing_states.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(firing_states.task_ids) <> cardinality(firing_states.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT u.i::integer, f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
+               greatest(f.lease_until - pg_catalog.clock_timestamp(), interval '0')
+          FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.i;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long its lease still runs (database clock). Claims nothing.';
+
+-- Status views for operators.
+CREATE VIEW rendezvous.status_hosts AS
+    SELECT h.host_id, h.weight, h.first_seen, h.last_seen,
+           h.last_seen > pg_catalog.clock_timestamp() - interval '10 s' AS live
+      FROM rendezvous.hosts h;
+COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (10 s staleness, database clock).';
+
+CREATE VIEW rendezvous.status_leaders AS
+    SELECT l.group_name, c.leader, l.epoch, c.since, c.pid AS holder_pid,
+           c.pid IS NOT NULL AND c.leader IS NULL AS holder_unrecorded
+      FROM rendezvous.leaders l
+      CROSS JOIN LATERAL rendezvous.leader(l.group_name) c;
+COMMENT ON VIEW rendezvous.status_leaders IS
+    'Per leader group: who leads (NULL: nobody), the epoch, since when, the lock holder''s pid, and whether a session holds the lock without being the recorded leader (a claim in flight).';
+
+CREATE VIEW rendezvous.status_firings AS
+    SELECT f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
+           CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
+                WHEN f.lease_until > pg_catalog.clock_timestamp() THEN 'running'
+                ELSE 'expired' END AS state
+      FROM rendezvous.firings f;
+COMMENT ON VIEW rendezvous.status_firings IS
+    'Every claimed firing: its holder, token and lease, and whether it completed, is running, or its lease expired uncompleted.';
+
+CREATE VIEW rendezvous.status_runs AS
+    SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at
+      FROM rendezvous.runs r;
+COMMENT ON VIEW rendezvous.status_runs IS 'Admitted runs, without their input.';
+
+-- Least privilege: roles, SECURITY DEFINER API, grants (the same statements as a fresh install).
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_host') THEN
+        CREATE ROLE rendezvous_host NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_observer') THEN
+        CREATE ROLE rendezvous_observer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_admin') THEN
+        CREATE ROLE rendezvous_admin NOLOGIN IN ROLE rendezvous_host, rendezvous_observer;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA rendezvous TO rendezvous_host, rendezvous_observer;
+
+ALTER FUNCTION rendezvous.heartbeat(text, double precision) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.leave(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_hosts(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_members(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.set_run_state(bigint, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_runs(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.try_lead(text, text, boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.resign(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.leader(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_leader(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.release_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.firing_states(text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
+
+-- Internal helpers: only the functions above call them (as the owner).
+REVOKE EXECUTE ON FUNCTION
+    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit()
+    FROM PUBLIC;
+
+-- The host API.
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
+    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.assert_leader(text, bigint),
+    rendezvous.claim_firing(text, timestamptz, text, interval),
+    rendezvous.claim_firings(text[], timestamptz[], text, interval),
+    rendezvous.complete_firing(text, timestamptz, bigint),
+    rendezvous.complete_firings(text[], timestamptz[], bigint[]),
+    rendezvous.renew_firing(text, timestamptz, bigint, interval),
+    rendezvous.release_firing(text, timestamptz, bigint), rendezvous.assert_firing(text, timestamptz, bigint),
+    rendezvous.firing_states(text[], timestamptz[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
+    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.assert_leader(text, bigint),
+    rendezvous.claim_firing(text, timestamptz, text, interval),
+    rendezvous.claim_firings(text[], timestamptz[], text, interval),
+    rendezvous.complete_firing(text, timestamptz, bigint),
+    rendezvous.complete_firings(text[], timestamptz[], bigint[]),
+    rendezvous.renew_firing(text, timestamptz, bigint, interval),
+    rendezvous.release_firing(text, timestamptz, bigint), rendezvous.assert_firing(text, timestamptz, bigint),
+    rendezvous.firing_states(text[], timestamptz[])
+    TO rendezvous_host;
+
+-- Observers read the status views (leader() is what status_leaders calls); admins purge.
+GRANT EXECUTE ON FUNCTION rendezvous.leader(text) TO rendezvous_observer;
+GRANT SELECT ON rendezvous.status_hosts, rendezvous.status_leaders, rendezvous.status_firings,
+    rendezvous.status_runs, rendezvous.leader_locks TO rendezvous_observer;
+REVOKE EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) TO rendezvous_admin;

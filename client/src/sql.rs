@@ -13,9 +13,8 @@ pub const LEAVE: &str = "SELECT rendezvous.leave($1)";
 /// Live host ids: `$1` staleness in seconds.
 pub const LIVE_HOSTS: &str = "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))";
 /// Live hosts with weights: `$1` staleness in seconds.
-pub const LIVE_MEMBERS: &str = "SELECT h.host_id, h.weight
-       FROM rendezvous.hosts h
-      WHERE h.host_id = ANY (rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8)))";
+pub const LIVE_MEMBERS: &str =
+    "SELECT host_id, weight FROM rendezvous.live_members(pg_catalog.make_interval(secs => $1::float8))";
 /// Server-side winner over the live set: `$1` key.
 pub const WINNER_LIVE: &str = "SELECT rendezvous.winner($1::text)";
 /// Server-side winner over given hosts: `$1` key, `$2` hosts.
@@ -67,11 +66,8 @@ pub const RELEASE_FIRING: &str = "SELECT rendezvous.release_firing($1::text, $2:
 pub const ASSERT_FIRING: &str = "SELECT rendezvous.assert_firing($1::text, $2::timestamptz, $3::int8)";
 /// Status of many firings at once (a read, not a claim): `$1` tasks, `$2` fire_ats; per input,
 /// whether it was ever claimed, whether it is done, and its remaining lease in seconds.
-pub const FIRING_STATUS: &str = "SELECT f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
-            coalesce(extract(epoch FROM f.lease_until - pg_catalog.clock_timestamp()), 0)::float8
-       FROM unnest($1::text[], $2::timestamptz[]) WITH ORDINALITY AS u(task_id, fire_at, i)
-       LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
-      ORDER BY u.i";
+pub const FIRING_STATUS: &str = "SELECT s.claimed, s.completed, extract(epoch FROM s.lease_remaining)::float8
+       FROM rendezvous.firing_states($1::text[], $2::timestamptz[]) s ORDER BY s.ord";
 
 /// The `rendezvous.*` functions this client calls, for the contract test.
 pub const FUNCTIONS: &[&str] = &[
@@ -79,6 +75,7 @@ pub const FUNCTIONS: &[&str] = &[
     "heartbeat",
     "leave",
     "live_hosts",
+    "live_members",
     "winner",
     "ranked",
     "spawn_run",
@@ -96,4 +93,5 @@ pub const FUNCTIONS: &[&str] = &[
     "renew_firing",
     "release_firing",
     "assert_firing",
+    "firing_states",
 ];

@@ -289,3 +289,28 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
     'Deletes completed firings older than older_than; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
+
+-- Where many firings stand, without claiming them (a read): a dispatcher's view of firings it
+-- will not try first. Per input, in input order.
+CREATE FUNCTION rendezvous.firing_states(task_ids text[], fire_ats timestamptz[])
+RETURNS TABLE (ord integer, claimed boolean, completed boolean, lease_remaining interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF firing_states.task_ids IS NULL OR firing_states.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(firing_states.task_ids) <> cardinality(firing_states.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT u.i::integer, f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
+               greatest(f.lease_until - pg_catalog.clock_timestamp(), interval '0')
+          FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.i;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long its lease still runs (database clock). Claims nothing.';

@@ -15,10 +15,12 @@ mod firing;
 mod hrw;
 mod leader;
 mod membership;
+mod status;
 
 ::pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("schema.sql", name = "schema_comment", bootstrap);
+extension_sql_file!("privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

@@ -87,3 +87,18 @@ AS $$
      WHERE h.last_seen > pg_catalog.clock_timestamp() - interval '10 s'
 $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (10 s staleness).';
+
+CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT '10 s')
+RETURNS TABLE (host_id text, weight double precision)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_staleness(live_members.staleness);
+    RETURN QUERY
+        SELECT h.host_id, h.weight FROM rendezvous.hosts h
+         WHERE h.last_seen > pg_catalog.clock_timestamp() - live_members.staleness
+         ORDER BY h.host_id;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.live_members(interval) IS 'live_hosts with each host''s weight: what a client needs to compute weighted HRW locally.';

@@ -10,4 +10,22 @@ BEGIN
     END IF;
 END
 $$;
+-- CREATE EXTENSION adopts a schema that already exists; one made by someone else could be
+-- dropped from under us by its owner, or hold objects of theirs. Install only into a schema
+-- this CREATE EXTENSION made: empty, owned by the installing role, with default privileges.
+DO $$
+DECLARE
+    nsp oid := 'rendezvous'::regnamespace;
+BEGIN
+    IF (SELECT n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+               OR n.nspacl IS NOT NULL
+          FROM pg_catalog.pg_namespace n WHERE n.oid = nsp)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = nsp)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = nsp)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_type t WHERE t.typnamespace = nsp) THEN
+        RAISE EXCEPTION 'schema "rendezvous" already exists: pg_rendezvous installs only into a schema CREATE EXTENSION makes'
+            USING ERRCODE = '42P06', HINT = 'Drop or rename the existing schema "rendezvous", then CREATE EXTENSION again.';
+    END IF;
+END
+$$;
 COMMENT ON SCHEMA rendezvous IS 'pg_rendezvous: rendezvous dispatch, admission, leader and firing claims';

@@ -1,10 +1,8 @@
 -- Idempotent spawn admission as a psql user calls it.
 
--- As a host role with only the documented grants (README, "Installing and grants").
+-- As a host role: a member of rendezvous_host, with no table privileges.
 CREATE ROLE rendezvous_regress_admit LOGIN;
-GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_admit;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_admit;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA rendezvous TO rendezvous_regress_admit;
+GRANT rendezvous_host TO rendezvous_regress_admit;
 SET ROLE rendezvous_regress_admit;
 
 -- The first delivery creates the run; a redelivery returns it.
@@ -12,19 +10,36 @@ SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly'
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
 -- A redelivery that carries another input is still the same run, and says it differed.
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-30"}', 'decision-42');
+RESET ROLE; -- reading the table is not a host's business: checked as the superuser
 SELECT count(*) AS runs, count(DISTINCT run_id) AS distinct_ids FROM rendezvous.runs WHERE dispatch_key = 'decision-42';
+SET ROLE rendezvous_regress_admit;
 -- Named arguments; another tenant with the same key is another run.
 SELECT created FROM rendezvous.spawn_run(tenant_id => 'globex', workflow_ref => 'reports/nightly', dispatch_key => 'decision-42');
 -- No key: every call is a run, identical requests included.
 SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly');
 SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly');
+RESET ROLE;
 SELECT count(*) AS runs_without_key FROM rendezvous.runs WHERE tenant_id = 'acme' AND dispatch_key IS NULL;
 SELECT tenant_id, workflow_ref, input, dispatch_key, state FROM rendezvous.runs ORDER BY run_id;
+SET ROLE rendezvous_regress_admit;
 
--- Retention: finished runs older than the bound are purged; the key is then free again.
-SELECT rendezvous.set_run_state(run_id, 'succeeded') FROM rendezvous.runs WHERE tenant_id = 'acme' AND dispatch_key = 'decision-42';
+-- A host moves its run on (it knows the run id spawn_run gave it).
+SELECT rendezvous.set_run_state(run_id, 'succeeded') FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42');
+
+-- Retention is an admin's: finished runs older than the bound are purged; the key is then free.
+SELECT regress.err($$SELECT rendezvous.purge_runs('0 s')$$) AS host_may_not_purge;
+RESET ROLE;
+CREATE ROLE rendezvous_regress_admin LOGIN;
+GRANT rendezvous_admin TO rendezvous_regress_admin;
+SET ROLE rendezvous_regress_admin;
 SELECT rendezvous.purge_runs('1 hour') AS purged_recent;
 SELECT rendezvous.purge_runs('0 s') AS purged_all_finished;
+SELECT regress.err($$SELECT rendezvous.purge_runs(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.purge_runs('-1 day')$$);
+SELECT count(*) AS finished_runs_left FROM rendezvous.status_runs WHERE state = 'succeeded';
+RESET ROLE;
+DROP ROLE rendezvous_regress_admin;
+SET ROLE rendezvous_regress_admit;
 SELECT created FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42');
 
 -- Bad input: a clear error with a SQLSTATE, and nothing admitted.
@@ -39,15 +54,15 @@ SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 51
 SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', 'not json')$$);
 SELECT regress.err($$SELECT rendezvous.set_run_state(1, 'done')$$);
 SELECT regress.err($$SELECT rendezvous.set_run_state(NULL, 'failed')$$);
-SELECT regress.err($$SELECT rendezvous.purge_runs(NULL)$$);
-SELECT regress.err($$SELECT rendezvous.purge_runs('-1 day')$$);
+-- No table access: a host cannot read other tenants' runs or their input, nor change them.
+SELECT regress.err($$SELECT * FROM rendezvous.runs$$);
+SELECT regress.err($$DELETE FROM rendezvous.runs$$);
+SELECT regress.err($$SELECT * FROM rendezvous.status_runs$$);
+RESET ROLE;
 SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
 
 RESET ROLE;
 DELETE FROM rendezvous.runs;
-REVOKE ALL ON ALL TABLES IN SCHEMA rendezvous FROM rendezvous_regress_admit;
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA rendezvous FROM rendezvous_regress_admit;
-REVOKE ALL ON SCHEMA rendezvous FROM rendezvous_regress_admit;
 DROP ROLE rendezvous_regress_admit;
 
 -- runs and its identity sequence are kept by pg_dump.

@@ -44,6 +44,25 @@ SELECT * FROM rendezvous.complete_firings(ARRAY['batch-a', 'batch-b', 'batch-c']
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['a'], ARRAY[]::timestamptz[], 'h')$$);
 DELETE FROM rendezvous.firings;
 
+-- As a host role (rendezvous_host: the API, no table privileges): claim, look, complete; the
+-- claim rows themselves are out of reach: tokens and completions change only through the API.
+CREATE ROLE rendezvous_regress_firer LOGIN;
+GRANT rendezvous_host TO rendezvous_regress_firer;
+SET ROLE rendezvous_regress_firer;
+SELECT claimed, holder, token FROM rendezvous.claim_firing('as-host', '2026-11-29 00:00+00', 'host-h');
+SELECT ord, claimed, completed, lease_remaining > interval '4 min' AS leased
+  FROM rendezvous.firing_states(ARRAY['as-host', 'never'], ARRAY['2026-11-29 00:00+00', '2026-11-29 00:00+00']::timestamptz[]);
+SELECT rendezvous.complete_firing('as-host', '2026-11-29 00:00+00', 1);
+SELECT ord, claimed, completed FROM rendezvous.firing_states(ARRAY['as-host'], ARRAY['2026-11-29 00:00+00']::timestamptz[]);
+SELECT regress.err($$UPDATE rendezvous.firings SET token = token + 1$$);
+SELECT regress.err($$DELETE FROM rendezvous.firings$$);
+SELECT regress.err($$SELECT rendezvous.purge_firings('0 s')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.firing_states(ARRAY['a'], NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.firing_states(ARRAY['a', 'b'], ARRAY[now()])$$);
+RESET ROLE;
+DROP ROLE rendezvous_regress_firer;
+DELETE FROM rendezvous.firings;
+
 -- Bad input.
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing(NULL, now(), 'h')$$);
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('', now(), 'h')$$);

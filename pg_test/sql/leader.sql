@@ -84,6 +84,34 @@ SELECT regress.err($$SELECT rendezvous.assert_leader('no-such-group', 1)$$);
 SELECT rendezvous.resign('never-created') AS resigned;
 DELETE FROM rendezvous.leaders;
 
+-- As a host role (a member of rendezvous_host, no table privileges), under a hostile
+-- search_path whose text = operator matches everything: the claim, fencing and resign work on
+-- the one group named, and the records cannot be touched directly.
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.always(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.always);
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+CREATE ROLE rendezvous_regress_leader LOGIN;
+GRANT rendezvous_host TO rendezvous_regress_leader;
+SELECT is_leader, epoch FROM rendezvous.try_lead('bystander', 'x');
+SELECT rendezvous.resign('bystander');
+SET ROLE rendezvous_regress_leader;
+SET search_path = evil, pg_catalog;
+SELECT 'a'::text = 'b'::text AS evil_operator_active;
+SELECT is_leader, leader, epoch FROM rendezvous.try_lead('guarded', 'host-r');
+SELECT rendezvous.assert_leader('guarded', 1);
+SELECT leader, epoch FROM rendezvous.leader('bystander');
+SELECT regress.err($$UPDATE rendezvous.leaders SET epoch = 0$$);
+SELECT regress.err($$UPDATE rendezvous.leaders SET lock_id = 1 WHERE group_name = 'guarded'$$);
+SELECT regress.err($$SELECT * FROM rendezvous.leader_locks$$);
+SELECT rendezvous.resign('guarded');
+RESET search_path;
+RESET ROLE;
+SELECT group_name, leader, epoch, pid IS NULL AS released FROM rendezvous.leaders WHERE group_name IN ('guarded', 'bystander') ORDER BY 1;
+DROP ROLE rendezvous_regress_leader;
+DROP SCHEMA evil CASCADE;
+DELETE FROM rendezvous.leaders;
+
 -- The leader records and the lock id sequence are kept by pg_dump (epochs survive a restore).
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'pg_rendezvous' AND c.relname IN ('leaders', 'leader_lock_ids') ORDER BY 1;

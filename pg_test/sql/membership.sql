@@ -1,17 +1,15 @@
--- Membership on the database clock, as a host role with only the documented grants.
+-- Membership on the database clock, as a host role: a member of rendezvous_host, which has
+-- EXECUTE on the API and no table privileges.
 
 CREATE ROLE rendezvous_regress_host LOGIN;
--- The grants a host role needs (README, "Installing and grants").
-GRANT USAGE ON SCHEMA rendezvous TO rendezvous_regress_host;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA rendezvous TO rendezvous_regress_host;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA rendezvous TO rendezvous_regress_host;
+GRANT rendezvous_host TO rendezvous_regress_host;
 SET ROLE rendezvous_regress_host;
 
 SELECT rendezvous.heartbeat('host-a') <= clock_timestamp() AS stamped_by_db;
 SELECT rendezvous.heartbeat('host-b', 2) IS NOT NULL AS ok;
 SELECT rendezvous.heartbeat('host-c') IS NOT NULL AS ok;
 SELECT rendezvous.live_hosts();
-SELECT host_id, weight FROM rendezvous.hosts ORDER BY host_id;
+SELECT host_id, weight FROM rendezvous.live_members();
 
 -- The live-set winner is the weighted winner over the live hosts.
 SELECT rendezvous.winner('task-' || g) = rendezvous.winner('task-' || g, ARRAY['host-a','host-b','host-c'], ARRAY[1,2,1]::float8[]) AS same,
@@ -21,7 +19,9 @@ SELECT rendezvous.ranked('task-1', 2) = rendezvous.ranked('task-1', ARRAY['host-
 
 -- A heartbeat updates weight and last_seen, not first_seen.
 SELECT rendezvous.heartbeat('host-b', 1) IS NOT NULL AS ok;
+RESET ROLE;
 SELECT host_id, weight, last_seen >= first_seen AS ordered FROM rendezvous.hosts WHERE host_id = 'host-b';
+SET ROLE rendezvous_regress_host;
 
 -- Leaving is immediate.
 SELECT rendezvous.leave('host-c') AS was_there, rendezvous.leave('host-c') AS again;
@@ -47,13 +47,17 @@ SELECT regress.err($$SELECT rendezvous.leave(NULL)$$);
 SELECT regress.err($$SELECT rendezvous.live_hosts(NULL)$$);
 SELECT regress.err($$SELECT rendezvous.live_hosts('0 s')$$);
 SELECT regress.err($$SELECT rendezvous.live_hosts('-5 s')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.live_members('0 s')$$);
 SELECT rendezvous.live_hosts();
+
+-- The API is all a host gets: no table, no status view, no purge.
+SELECT regress.err($$SELECT * FROM rendezvous.hosts$$);
+SELECT regress.err($$UPDATE rendezvous.hosts SET last_seen = now()$$);
+SELECT regress.err($$INSERT INTO rendezvous.hosts VALUES ('forged', 1, now(), now())$$);
+SELECT regress.err($$SELECT * FROM rendezvous.status_hosts$$);
 
 RESET ROLE;
 DELETE FROM rendezvous.hosts;
-REVOKE ALL ON ALL TABLES IN SCHEMA rendezvous FROM rendezvous_regress_host;
-REVOKE ALL ON ALL SEQUENCES IN SCHEMA rendezvous FROM rendezvous_regress_host;
-REVOKE ALL ON SCHEMA rendezvous FROM rendezvous_regress_host;
 DROP ROLE rendezvous_regress_host;
 
 -- The hosts table is kept by pg_dump.

@@ -118,10 +118,15 @@ async fn bad_input_gets_a_sqlstate_not_a_crash() {
     }
     // The backend survived every one of them.
     assert_eq!(client.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
-    // A huge host array is fine.
-    let hosts: Vec<String> = (0..200_000).map(|i| format!("host-{i}")).collect();
+    // The largest host array a call takes is fine; one more host is refused with 54000, and the
+    // backend goes on.
+    let mut hosts: Vec<String> = (0..100_000).map(|i| format!("host-{i}")).collect();
     let row = client.query_one(sql::WINNER, &[&"big", &hosts]).await.unwrap();
     assert_eq!(row.get::<_, Option<String>>(0).as_deref(), HostSet::new(&hosts).winner("big"));
+    hosts.push("one-too-many".into());
+    let err = client.query_one(sql::WINNER, &[&"big", &hosts]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&SqlState::PROGRAM_LIMIT_EXCEEDED), "{err}");
+    assert_eq!(client.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

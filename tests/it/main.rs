@@ -4,3 +4,4 @@ mod firing;
 mod hrw;
 mod leader;
 mod membership;
+mod roles;

@@ -1,0 +1,89 @@
+-- Roles and privileges (loaded last). Three roles, made once per cluster (roles outlive a DROP
+-- EXTENSION, and are shared by every database that installs pg_rendezvous):
+--   rendezvous_host     EXECUTE on the API a host uses, no table privileges at all;
+--   rendezvous_observer SELECT on the status_* views (what `rendezvous status` reads);
+--   rendezvous_admin    both, plus the purges.
+-- Give a login role one of them: GRANT rendezvous_host TO app;
+-- Every function that touches a table runs SECURITY DEFINER (as the extension's owner) with
+-- search_path pinned to pg_catalog, pg_temp, and names everything schema-qualified; whoever
+-- calls it can do what the function does, and nothing else. Pure functions (HRW, firing_key,
+-- the argument checks) stay executable by everyone with USAGE on the schema.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_host') THEN
+        CREATE ROLE rendezvous_host NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_observer') THEN
+        CREATE ROLE rendezvous_observer NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_admin') THEN
+        CREATE ROLE rendezvous_admin NOLOGIN IN ROLE rendezvous_host, rendezvous_observer;
+    END IF;
+END
+$$;
+GRANT USAGE ON SCHEMA rendezvous TO rendezvous_host, rendezvous_observer;
+
+ALTER FUNCTION rendezvous.heartbeat(text, double precision) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.leave(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_hosts(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_members(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.set_run_state(bigint, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_runs(interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.try_lead(text, text, boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.resign(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.leader(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_leader(text, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.release_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.firing_states(text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
+
+-- Internal helpers: only the functions above call them (as the owner).
+REVOKE EXECUTE ON FUNCTION
+    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit()
+    FROM PUBLIC;
+
+-- The host API.
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
+    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.assert_leader(text, bigint),
+    rendezvous.claim_firing(text, timestamptz, text, interval),
+    rendezvous.claim_firings(text[], timestamptz[], text, interval),
+    rendezvous.complete_firing(text, timestamptz, bigint),
+    rendezvous.complete_firings(text[], timestamptz[], bigint[]),
+    rendezvous.renew_firing(text, timestamptz, bigint, interval),
+    rendezvous.release_firing(text, timestamptz, bigint), rendezvous.assert_firing(text, timestamptz, bigint),
+    rendezvous.firing_states(text[], timestamptz[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
+    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.assert_leader(text, bigint),
+    rendezvous.claim_firing(text, timestamptz, text, interval),
+    rendezvous.claim_firings(text[], timestamptz[], text, interval),
+    rendezvous.complete_firing(text, timestamptz, bigint),
+    rendezvous.complete_firings(text[], timestamptz[], bigint[]),
+    rendezvous.renew_firing(text, timestamptz, bigint, interval),
+    rendezvous.release_firing(text, timestamptz, bigint), rendezvous.assert_firing(text, timestamptz, bigint),
+    rendezvous.firing_states(text[], timestamptz[])
+    TO rendezvous_host;
+
+-- Observers read the status views (leader() is what status_leaders calls); admins purge.
+GRANT EXECUTE ON FUNCTION rendezvous.leader(text) TO rendezvous_observer;
+GRANT SELECT ON rendezvous.status_hosts, rendezvous.status_leaders, rendezvous.status_firings,
+    rendezvous.status_runs, rendezvous.leader_locks TO rendezvous_observer;
+REVOKE EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) TO rendezvous_admin;
