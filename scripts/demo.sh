@@ -12,4 +12,4 @@ cd "$ROOT_DIR"
 install_extension dev
 log "building the rendezvous command"
 cargo build --quiet -p rendezvous-cli
-exec "$ROOT_DIR/target/debug/rendezvous" fleet --chaos --duration 60 "$@"
+exec "$RENDEZVOUS" fleet --chaos --duration 60 "$@"

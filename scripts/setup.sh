@@ -4,16 +4,14 @@
 # --runas needs it), the cargo-pgrx that matches the pinned pgrx, and `cargo pgrx init`
 # against the system pg_config (nothing is downloaded from outside the package registries).
 set -euo pipefail
+# PG_MAJOR and PG_CONFIG (the one place they are chosen), as_root.
+source "$(dirname "$0")/lib.sh"
 
-PG_MAJOR=15
-PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
 # The single place the cargo-pgrx version is chosen; it must equal the pgrx pin in Cargo.toml.
-here=$(cd "$(dirname "$0")/.." && pwd)
-PGRX_VERSION=$(sed -n 's/^pgrx = "=\([0-9.]*\)".*/\1/p' "$here/Cargo.toml")
+PGRX_VERSION=$(sed -n 's/^pgrx = "=\([0-9.]*\)".*/\1/p' "$ROOT_DIR/Cargo.toml")
 [ -n "$PGRX_VERSION" ] || { echo "setup: cannot read the pgrx pin from Cargo.toml" >&2; exit 1; }
 
 log() { echo "setup: $*" >&2; }
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # 1. Debian packages.
 server_version=$(dpkg-query -W -f='${Version}' postgresql-$PG_MAJOR 2>/dev/null || true)

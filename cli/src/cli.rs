@@ -1,7 +1,10 @@
 //! The command line of `rendezvous` (clap, derive API). Each subcommand's flags live beside
-//! the code that uses them: [`FleetOptions`], [`HostPlan`], [`StatusArgs`].
+//! the code that uses them: [`FleetOptions`], [`HostPlan`], [`StatusArgs`], [`ClusterRun`].
+use std::ffi::OsString;
+
 use clap::{Args, Parser, Subcommand};
 
+use crate::cluster::{parse_setting, ClusterOptions, DEFAULT_PG_CONFIG};
 use crate::fleet::FleetOptions;
 use crate::host::HostPlan;
 
@@ -10,9 +13,13 @@ use crate::host::HostPlan;
 #[command(
     name = "rendezvous",
     version,
-    about = "Run a fleet of hosts coordinating through one PostgreSQL under chaos, or show a \
-             database's coordination status",
-    after_help = "Run `rendezvous <COMMAND> --help` for a command's flags.",
+    about = "Run a fleet of hosts coordinating through one PostgreSQL under chaos, show a \
+             database's coordination status, or run a command against a throwaway cluster",
+    after_help = format!(
+        "PostgreSQL's programs (initdb, pg_ctl) come from `pg_config --bindir`, with pg_config \
+         from $PG_CONFIG (default {DEFAULT_PG_CONFIG}).\n\
+         Run `rendezvous <COMMAND> --help` for a command's flags."
+    ),
     subcommand_required = true,
     arg_required_else_help = true
 )]
@@ -32,6 +39,13 @@ pub enum Command {
     /// Show who is live, who leads each group at which epoch, in-flight and recent firings,
     /// and recent runs
     Status(StatusArgs),
+    /// Throwaway PostgreSQL clusters (for scripts and tests)
+    #[command(subcommand_required = true, arg_required_else_help = true)]
+    Cluster {
+        /// What to do with a cluster.
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
     /// One fleet host (internal: `rendezvous fleet` starts these)
     #[command(hide = true)]
     Host(HostPlan),
@@ -43,6 +57,7 @@ impl Command {
         match self {
             Command::Fleet(_) => "fleet",
             Command::Status(_) => "status",
+            Command::Cluster { command: ClusterCommand::Run(_) } => "cluster run",
             Command::Host(_) => "host",
         }
     }
@@ -59,6 +74,37 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// The subcommands of `rendezvous cluster`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Run a command against a throwaway cluster, then stop and remove the cluster
+    #[command(long_about = CLUSTER_RUN_ABOUT, after_help = CLUSTER_RUN_EXAMPLE)]
+    Run(ClusterRun),
+}
+
+/// The flags of `rendezvous cluster run`.
+#[derive(Debug, Args)]
+pub struct ClusterRun {
+    /// A server setting, written into postgresql.conf; repeatable (-c fsync=off -c work_mem=64MB).
+    /// Defaults: max_connections=300, durability on
+    #[arg(short = 'c', long = "set", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    pub settings: Vec<(String, String)>,
+    /// Leave database postgres without pg_rendezvous (by default it gets `CREATE EXTENSION
+    /// pg_rendezvous`, which needs the extension installed)
+    #[arg(long)]
+    pub no_extension: bool,
+    /// The command to run, and its arguments (put `--` before it)
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
+    pub command: Vec<OsString>,
+}
+
+impl ClusterRun {
+    /// The cluster these flags ask for.
+    pub fn options(&self) -> ClusterOptions {
+        ClusterOptions { settings: self.settings.clone(), extension: !self.no_extension }
+    }
+}
+
 /// `rendezvous fleet --help`.
 const FLEET_ABOUT: &str = "\
 Run N hosts as separate OS processes against one database, optionally under chaos, with live \
@@ -67,6 +113,20 @@ progress, then a report and a PASS/FAIL verdict (exit status 1 on FAIL).
 Without --database-url it starts a throwaway PostgreSQL in a temp dir on its own port (with \
 pg_rendezvous installed: scripts/install.sh) and stops it afterwards; it prints the URL, for \
 `rendezvous status` from another terminal.";
+
+/// `rendezvous cluster run --help`.
+const CLUSTER_RUN_ABOUT: &str = "\
+Start a throwaway PostgreSQL cluster (a temp dir, a free port on 127.0.0.1, its unix socket in \
+that dir, run as the postgres OS user when root), run COMMAND against it, then stop and remove \
+the cluster however COMMAND ends. Exits with COMMAND's exit status (128 + N when signal N ended \
+it, 127 when it is not found); SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to COMMAND.
+
+COMMAND gets DATABASE_URL (database postgres), PGHOST=127.0.0.1, PGPORT, PGUSER=postgres, \
+PGDATABASE=postgres, and RENDEZVOUS_CLUSTER_DIR: the cluster's directory, removed with it \
+(server.log is there, and room for scratch files).";
+
+/// The example under `rendezvous cluster run --help`.
+const CLUSTER_RUN_EXAMPLE: &str = "Example: rendezvous cluster run -c fsync=off -- psql -c '\\dx'";
 
 #[cfg(test)]
 mod tests {
@@ -142,13 +202,15 @@ mod tests {
 
     #[test]
     fn every_subcommand_answers_help() {
-        for args in [&["--help"][..], &["fleet", "--help"], &["status", "--help"]] {
+        for args in [&["--help"][..], &["fleet", "--help"], &["status", "--help"], &["cluster", "--help"]] {
             let e = parse(args).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
         }
+        let e = parse(&["cluster", "run", "--help"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
         let help = Cli::command().render_help().to_string();
         assert!(
-            help.contains("  fleet ") && help.contains("  status ") && !help.contains("  host "),
+            help.contains("  fleet ") && help.contains("  cluster ") && !help.contains("  host "),
             "{help}"
         );
     }
@@ -185,5 +247,42 @@ mod tests {
         assert_eq!((p.skew_ms, p.tasks, p.period, p.hide), (-1500, 10, Duration::from_millis(1000), None));
         let e = parse(&["host", "--host-id", "h", "--tag", "t"]).unwrap_err().to_string();
         assert!(e.contains("--database-url"), "{e}");
+    }
+
+    #[test]
+    fn cluster_run_takes_settings_and_a_command() {
+        let Command::Cluster { command: ClusterCommand::Run(r) } = parse(&[
+            "cluster",
+            "run",
+            "-c",
+            "fsync=off",
+            "--set",
+            "work_mem=64MB",
+            "--",
+            "psql",
+            "-c",
+            "SELECT 1",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.settings, [("fsync".into(), "off".into()), ("work_mem".into(), "64MB".into())]);
+        assert_eq!(r.command, ["psql", "-c", "SELECT 1"]);
+        assert!(r.options().extension);
+        let Command::Cluster { command: ClusterCommand::Run(r) } =
+            parse(&["cluster", "run", "--no-extension", "sh", "-c", "exit 3"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(r.command, ["sh", "-c", "exit 3"]);
+        assert!(!r.options().extension);
+        for (args, hint) in [
+            (&["cluster", "run"][..], "COMMAND"),
+            (&["cluster", "run", "-c", "fsync", "--", "true"][..], "name=value"),
+            (&["cluster", "run", "--bogus", "--", "true"][..], "unexpected argument"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(hint), "{args:?}: {e}");
+        }
     }
 }

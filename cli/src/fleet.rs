@@ -129,6 +129,21 @@ impl Report {
 
 /// Runs the fleet; returns the report (the caller prints it and sets the exit status).
 pub async fn run(o: FleetOptions) -> Result<Report, String> {
+    // Ctrl-C (SIGINT), SIGTERM and SIGHUP stop the hosts and the throwaway cluster cleanly,
+    // from the start: a signal while the cluster starts stops it once it is up.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()] {
+            let mut stream = signal(kind).map_err(|e| format!("cannot catch signals: {e}"))?;
+            let interrupted = interrupted.clone();
+            tokio::spawn(async move {
+                if stream.recv().await.is_some() {
+                    interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+    }
     let _cluster;
     let url = match &o.url {
         Some(u) => u.clone(),
@@ -185,16 +200,6 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     let mut next_progress = Instant::now();
     let group = base.group();
     let deadline = end + Duration::from_secs(45);
-    // Ctrl-C stops the hosts and the throwaway cluster cleanly.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let interrupted = interrupted.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        });
-    }
     loop {
         if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
             for h in &mut hosts {

@@ -1,9 +1,9 @@
-//! `rendezvous`: run a fleet of hosts coordinating through one PostgreSQL, under chaos, or show
-//! a database's coordination status.
+//! `rendezvous`: run a fleet of hosts coordinating through one PostgreSQL, under chaos, show
+//! a database's coordination status, or run a command against a throwaway cluster.
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
-use rendezvous_cli::cli::{Cli, Command};
-use rendezvous_cli::{fleet, host, status};
+use rendezvous_cli::cli::{Cli, ClusterCommand, Command};
+use rendezvous_cli::{cluster, fleet, host, status};
 
 #[tokio::main]
 async fn main() {
@@ -16,6 +16,7 @@ async fn main() {
             2
         }
     };
+    // Everything `run` started (a cluster, host processes) is stopped by now.
     std::process::exit(code);
 }
 
@@ -44,6 +45,7 @@ async fn run(command: Command) -> Result<i32, String> {
             }
             Ok(0)
         }
+        Command::Cluster { command: ClusterCommand::Run(r) } => cluster::run(&r.options(), &r.command).await,
         Command::Host(plan) => {
             host::run(plan).await?;
             Ok(0)

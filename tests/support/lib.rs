@@ -1,16 +1,27 @@
-//! Helpers for the integration tests: a fresh database per test on the throwaway cluster that
-//! `scripts/test.sh` starts (its URL is in `RENDEZVOUS_TEST_DATABASE_URL`), private clusters
-//! (the `rendezvous` command's own) for tests that restart the server, and pgbouncer.
+//! Helpers for the integration tests: a fresh database per test on a throwaway cluster, private
+//! clusters (the `rendezvous` command's own) for tests that restart the server, and pgbouncer.
+//!
+//! The shared cluster is the one in `RENDEZVOUS_TEST_DATABASE_URL` (scripts/test.sh sets it),
+//! else, under `rendezvous cluster run`, the throwaway cluster in `DATABASE_URL`: for instance
+//! `rendezvous cluster run -c fsync=off -- cargo test -p rendezvous-tests`.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio_postgres::Client;
 
 /// The admin URL of the test cluster.
 pub fn cluster_url() -> String {
-    std::env::var("RENDEZVOUS_TEST_DATABASE_URL").expect(
-        "RENDEZVOUS_TEST_DATABASE_URL is not set: run the integration tests with scripts/test.sh, \
-         which starts a throwaway cluster with the extension installed",
-    )
+    if let Ok(url) = std::env::var("RENDEZVOUS_TEST_DATABASE_URL") {
+        return url;
+    }
+    // DATABASE_URL alone may name a database that matters: only a throwaway cluster's.
+    match (std::env::var_os("RENDEZVOUS_CLUSTER_DIR"), std::env::var("DATABASE_URL")) {
+        (Some(_), Ok(url)) => url,
+        _ => panic!(
+            "no test cluster: run the integration tests with scripts/test.sh, or under \
+             `rendezvous cluster run -c fsync=off -- cargo test -p rendezvous-tests` \
+             (or set RENDEZVOUS_TEST_DATABASE_URL to a cluster with pg_rendezvous installed)"
+        ),
+    }
 }
 
 /// `url` with its database name replaced.
