@@ -215,6 +215,45 @@ AS $$
     SELECT k.pid FROM rendezvous.leader_locks k WHERE k.lock_id = _lock_holder.lock_id AND k.granted
 $$;
 
+-- assert_leader checks the recorded holder's lock itself instead of reading all of pg_locks.
+CREATE  FUNCTION rendezvous."_leader_lock_held"(
+	"lock_id" INT, /* i32 */
+	"holder_pid" INT /* Option < i32 > */
+) RETURNS bool /* bool */
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_lock_held_wrapper';
+
+CREATE OR REPLACE FUNCTION rendezvous.assert_leader(group_name text, epoch bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    rec rendezvous.leaders%ROWTYPE;
+BEGIN
+    IF assert_leader.group_name IS NULL THEN
+        RAISE EXCEPTION 'group_name must not be NULL' USING ERRCODE = '22004';
+    ELSIF assert_leader.epoch IS NULL THEN
+        RAISE EXCEPTION 'epoch must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- FOR SHARE orders this check against a takeover: the new leader's epoch bump waits for
+    -- this transaction, so a write fenced here commits before the new epoch exists, or fails.
+    SELECT * INTO rec FROM rendezvous.leaders l WHERE l.group_name = assert_leader.group_name FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'leader group "%" does not exist', assert_leader.group_name USING ERRCODE = 'RZ001';
+    ELSIF rec.epoch <> assert_leader.epoch THEN
+        RAISE EXCEPTION 'epoch % of group "%" is not current (the current epoch is %)',
+            assert_leader.epoch, assert_leader.group_name, rec.epoch
+            USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';
+    ELSIF NOT rendezvous._leader_lock_held(rec.lock_id, rec.pid) THEN
+        RAISE EXCEPTION 'epoch % of group "%" is no longer held: its leader resigned or its session ended',
+            assert_leader.epoch, assert_leader.group_name
+            USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';
+    END IF;
+END
+$$;
+
 -- Untyped array literals work for every ranked form.
 CREATE FUNCTION rendezvous.ranked(key text, hosts text) RETURNS text[]
 LANGUAGE sql STABLE PARALLEL SAFE
@@ -337,7 +376,8 @@ ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
 
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
-    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit()
+    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit(),
+    rendezvous._leader_lock_held(integer, integer)
     FROM PUBLIC;
 
 -- The host API.

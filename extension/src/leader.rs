@@ -31,7 +31,7 @@ use crate::errors::{invalid_argument, null_argument, raise};
 /// `bigint` key) or 2 (two `integer` keys), so SQL can never name ours. `objsubid` in `pg_locks`.
 pub(crate) const LOCK_SPACE: u16 = 0x525a;
 
-extension_sql_file!("leader.sql", name = "leader_tables");
+extension_sql_file!("leader.sql", name = "leader_tables", requires = [leader_lock_held]);
 
 /// The OID of `rendezvous.leaders` in this database, as installed now (never cached: a DROP and
 /// CREATE EXTENSION in the same session must not let old locks count).
@@ -143,6 +143,37 @@ fn acquire(tag: &pg_sys::LOCKTAG, wait: bool) -> bool {
 fn release(tag: &pg_sys::LOCKTAG) -> bool {
     // SAFETY: a valid lock tag; releasing a lock we do not hold only returns false.
     unsafe { pg_sys::LockRelease(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, true) }
+}
+
+/// Whether backend `holder_pid`, the recorded holder of lock `lock_id`, still holds it: the
+/// liveness half of `assert_leader`. It never reads the whole lock table (`pg_locks` costs
+/// grow with every lock any session holds): the caller's own lock is a local lookup; another
+/// session's is a no-wait probe of that one lock in a mode only the leader's lock conflicts
+/// with (so concurrent probes never disturb each other), plus a check that the backend lives.
+/// Only `try_lead` can take the lock (its lock space is out of SQL's reach), and it records
+/// its term before anything else can see it, under the row lock `assert_leader` holds.
+#[pg_extern(volatile, parallel_unsafe, name = "_leader_lock_held")]
+fn leader_lock_held(lock_id: i32, holder_pid: Option<i32>) -> bool {
+    let Some(holder_pid) = holder_pid else { return false };
+    let tag = lock_tag(lock_id);
+    // SAFETY: MyProcPid is set for the life of the backend.
+    if holder_pid == unsafe { pg_sys::MyProcPid } {
+        return held_by_me(&tag);
+    }
+    // SAFETY: reads the proc array under its lock.
+    if unsafe { pg_sys::BackendPidGetProc(holder_pid) }.is_null() {
+        return false;
+    }
+    let probe = pg_sys::RowShareLock as pg_sys::LOCKMODE;
+    // SAFETY: a valid tag; a transaction-level, no-wait request never blocks.
+    match unsafe { pg_sys::LockAcquire(&tag, probe, false, true) } {
+        pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL => true,
+        _ => {
+            // SAFETY: we just took it; give it straight back.
+            unsafe { pg_sys::LockRelease(&tag, probe, false) };
+            false
+        }
+    }
 }
 
 fn check_name(what: &str, value: Option<&str>) -> String {

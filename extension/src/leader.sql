@@ -106,7 +106,7 @@ BEGIN
         RAISE EXCEPTION 'epoch % of group "%" is not current (the current epoch is %)',
             assert_leader.epoch, assert_leader.group_name, rec.epoch
             USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';
-    ELSIF rec.pid IS NULL OR rec.pid IS DISTINCT FROM rendezvous._lock_holder(rec.lock_id) THEN
+    ELSIF NOT rendezvous._leader_lock_held(rec.lock_id, rec.pid) THEN
         RAISE EXCEPTION 'epoch % of group "%" is no longer held: its leader resigned or its session ended',
             assert_leader.epoch, assert_leader.group_name
             USING ERRCODE = 'RZ001', HINT = 'This leader was deposed: stop acting as leader.';

@@ -48,7 +48,8 @@ ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
 
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
-    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit()
+    rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit(),
+    rendezvous._leader_lock_held(integer, integer)
     FROM PUBLIC;
 
 -- The host API.
