@@ -217,7 +217,7 @@ $$;
 
 -- assert_leader checks the recorded holder's lock itself instead of reading all of pg_locks.
 CREATE  FUNCTION rendezvous."_leader_lock_held"(
-	"lock_id" INT, /* i32 */
+	"lock_id" INT, /* Option < i32 > */
 	"holder_pid" INT /* Option < i32 > */
 ) RETURNS bool /* bool */
 VOLATILE PARALLEL UNSAFE

@@ -153,8 +153,8 @@ fn release(tag: &pg_sys::LOCKTAG) -> bool {
 /// Only `try_lead` can take the lock (its lock space is out of SQL's reach), and it records
 /// its term before anything else can see it, under the row lock `assert_leader` holds.
 #[pg_extern(volatile, parallel_unsafe, name = "_leader_lock_held")]
-fn leader_lock_held(lock_id: i32, holder_pid: Option<i32>) -> bool {
-    let Some(holder_pid) = holder_pid else { return false };
+fn leader_lock_held(lock_id: Option<i32>, holder_pid: Option<i32>) -> bool {
+    let (Some(lock_id), Some(holder_pid)) = (lock_id, holder_pid) else { return false };
     let tag = lock_tag(lock_id);
     // SAFETY: MyProcPid is set for the life of the backend.
     if holder_pid == unsafe { pg_sys::MyProcPid } {

@@ -5,3 +5,4 @@ mod hrw;
 mod leader;
 mod membership;
 mod roles;
+mod sweep;
