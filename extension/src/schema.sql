@@ -11,14 +11,14 @@ BEGIN
 END
 $$;
 -- CREATE EXTENSION adopts a schema that already exists; one made by someone else could be
--- dropped from under us by its owner, or hold objects of theirs. Install only into a schema
--- this CREATE EXTENSION made: empty, owned by the installing role, with default privileges.
+-- dropped from under us by its owner, or hold objects of theirs. Install only into an empty
+-- schema owned by the installing role: one this CREATE EXTENSION made, or the one a DROP
+-- EXTENSION left behind (PostgreSQL keeps the schema; its grants are ours).
 DO $$
 DECLARE
     nsp oid := 'rendezvous'::regnamespace;
 BEGIN
     IF (SELECT n.nspowner <> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
-               OR n.nspacl IS NOT NULL
           FROM pg_catalog.pg_namespace n WHERE n.oid = nsp)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = nsp)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_proc p WHERE p.pronamespace = nsp)
