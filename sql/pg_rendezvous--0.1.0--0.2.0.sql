@@ -198,11 +198,16 @@ END
 $$;
 
 -- Leader locks move to a lock space SQL cannot reach, keyed by this installation's leaders table.
+CREATE  FUNCTION rendezvous."_leader_lock_space"() RETURNS INT /* i32 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'leader_lock_space_wrapper';
+
 CREATE VIEW rendezvous.leader_locks AS
     SELECT l.group_name, l.lock_id, k.pid, k.granted, k.waitstart
       FROM pg_catalog.pg_locks k
       JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
-     WHERE k.locktype = 'advisory' AND k.objsubid = 21082
+     WHERE k.locktype = 'advisory' AND k.objsubid = rendezvous._leader_lock_space()
        AND k.classid = 'rendezvous.leaders'::regclass::oid
        AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
 COMMENT ON VIEW rendezvous.leader_locks IS

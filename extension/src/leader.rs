@@ -31,7 +31,14 @@ use crate::errors::{invalid_argument, null_argument, raise};
 /// `bigint` key) or 2 (two `integer` keys), so SQL can never name ours. `objsubid` in `pg_locks`.
 pub(crate) const LOCK_SPACE: u16 = 0x525a;
 
-extension_sql_file!("leader.sql", name = "leader_tables", requires = [leader_lock_held]);
+extension_sql_file!("leader.sql", name = "leader_tables", requires = [leader_lock_held, leader_lock_space]);
+
+/// `LOCK_SPACE` for SQL (`rendezvous.leader_locks` finds leader locks in `pg_locks` by it), so
+/// the number is written down once.
+#[pg_extern(immutable, parallel_safe, name = "_leader_lock_space")]
+fn leader_lock_space() -> i32 {
+    i32::from(LOCK_SPACE)
+}
 
 /// The OID of `rendezvous.leaders` in this database, as installed now (never cached: a DROP and
 /// CREATE EXTENSION in the same session must not let old locks count).

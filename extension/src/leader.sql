@@ -42,12 +42,13 @@ END
 $$;
 
 -- Every leader lock in pg_locks, held or awaited, with its group: the one place that knows how
--- they appear there (advisory, classid = this table's OID, objsubid = 21082, objid = lock_id).
+-- they appear there (advisory, classid = this table's OID, objsubid = the lock space, objid =
+-- lock_id).
 CREATE VIEW rendezvous.leader_locks AS
     SELECT l.group_name, l.lock_id, k.pid, k.granted, k.waitstart
       FROM pg_catalog.pg_locks k
       JOIN rendezvous.leaders l ON k.objid = l.lock_id::oid
-     WHERE k.locktype = 'advisory' AND k.objsubid = 21082
+     WHERE k.locktype = 'advisory' AND k.objsubid = rendezvous._leader_lock_space()
        AND k.classid = 'rendezvous.leaders'::regclass::oid
        AND k.database = (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
 COMMENT ON VIEW rendezvous.leader_locks IS
