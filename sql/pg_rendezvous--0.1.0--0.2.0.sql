@@ -272,8 +272,49 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT rendezvous.ranked(key, hosts, weights::double precision[]) $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, text[], text) IS 'Weighted ranked(key, hosts, weights) for an untyped weights literal such as ''{1,2}''.';
 
+-- The default staleness, defined once; the live-set functions use it.
+CREATE FUNCTION rendezvous.default_staleness() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT interval '10 s' $$;
+COMMENT ON FUNCTION rendezvous.default_staleness() IS 'The default staleness window of the live host set (10 s).';
+
+CREATE OR REPLACE FUNCTION rendezvous.live_hosts(staleness interval DEFAULT rendezvous.default_staleness()) RETURNS text[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_staleness(staleness);
+    RETURN coalesce(
+        (SELECT array_agg(h.host_id ORDER BY h.host_id)
+           FROM rendezvous.hosts h
+          WHERE h.last_seen > pg_catalog.clock_timestamp() - staleness),
+        '{}');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION rendezvous.winner(key text) RETURNS text
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rendezvous.winner(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'))
+      FROM rendezvous.hosts h
+     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
+$$;
+
+CREATE OR REPLACE FUNCTION rendezvous.ranked(key text, k integer) RETURNS text[]
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT rendezvous.ranked(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'), k)
+      FROM rendezvous.hosts h
+     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
+$$;
+
+COMMENT ON FUNCTION rendezvous.winner(text) IS 'The weighted winner for key among the live hosts (default staleness).';
+COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (default staleness).';
+
 -- API for what clients read directly before: the live set with weights, firing states.
-CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT '10 s')
+CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT rendezvous.default_staleness())
 RETURNS TABLE (host_id text, weight double precision)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -314,9 +355,9 @@ COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
 -- Status views for operators.
 CREATE VIEW rendezvous.status_hosts AS
     SELECT h.host_id, h.weight, h.first_seen, h.last_seen,
-           h.last_seen > pg_catalog.clock_timestamp() - interval '10 s' AS live
+           h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness() AS live
       FROM rendezvous.hosts h;
-COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (10 s staleness, database clock).';
+COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (default staleness, database clock).';
 
 CREATE VIEW rendezvous.status_leaders AS
     SELECT l.group_name, c.leader, l.epoch, c.since, c.pid AS holder_pid,

@@ -13,6 +13,13 @@ CREATE TABLE rendezvous.hosts (
 COMMENT ON TABLE rendezvous.hosts IS 'Hosts that heartbeat; live while last_seen is within the staleness window (database clock).';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.hosts', '');
 
+-- How long a host stays live after its last heartbeat unless a caller says otherwise: the one
+-- definition every default and the live-set functions use (the client checks it is its own).
+CREATE FUNCTION rendezvous.default_staleness() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT interval '10 s' $$;
+COMMENT ON FUNCTION rendezvous.default_staleness() IS 'The default staleness window of the live host set (10 s).';
+
 CREATE FUNCTION rendezvous.heartbeat(host_id text, weight double precision DEFAULT 1)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -53,7 +60,7 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.leave(text) IS 'Removes host_id from the set at once; true if it was there.';
 
-CREATE FUNCTION rendezvous.live_hosts(staleness interval DEFAULT '10 s') RETURNS text[]
+CREATE FUNCTION rendezvous.live_hosts(staleness interval DEFAULT rendezvous.default_staleness()) RETURNS text[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -74,9 +81,9 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rendezvous.winner(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'))
       FROM rendezvous.hosts h
-     WHERE h.last_seen > pg_catalog.clock_timestamp() - interval '10 s'
+     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
 $$;
-COMMENT ON FUNCTION rendezvous.winner(text) IS 'The weighted winner for key among the live hosts (10 s staleness).';
+COMMENT ON FUNCTION rendezvous.winner(text) IS 'The weighted winner for key among the live hosts (default staleness).';
 
 CREATE FUNCTION rendezvous.ranked(key text, k integer) RETURNS text[]
 LANGUAGE sql VOLATILE
@@ -84,11 +91,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT rendezvous.ranked(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'), k)
       FROM rendezvous.hosts h
-     WHERE h.last_seen > pg_catalog.clock_timestamp() - interval '10 s'
+     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
 $$;
-COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (10 s staleness).';
+COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (default staleness).';
 
-CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT '10 s')
+CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT rendezvous.default_staleness())
 RETURNS TABLE (host_id text, weight double precision)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp

@@ -4,9 +4,9 @@
 
 CREATE VIEW rendezvous.status_hosts AS
     SELECT h.host_id, h.weight, h.first_seen, h.last_seen,
-           h.last_seen > pg_catalog.clock_timestamp() - interval '10 s' AS live
+           h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness() AS live
       FROM rendezvous.hosts h;
-COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (10 s staleness, database clock).';
+COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (default staleness, database clock).';
 
 CREATE VIEW rendezvous.status_leaders AS
     SELECT l.group_name, c.leader, l.epoch, c.since, c.pid AS holder_pid,
