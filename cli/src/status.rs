@@ -1,5 +1,6 @@
 //! `rendezvous status`: who is live, who leads each group at which epoch, in-flight and recent
-//! firings, recent runs — for a person, or `--json` for scripts.
+//! firings, recent runs — for a person, or `--json` for scripts. It reads only the status views,
+//! so a role with nothing but `rendezvous_observer` can run it.
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
@@ -12,9 +13,8 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     rendezvous_client::check_extension(client).await.map_err(|e| e.to_string())?;
     let hosts: Vec<Value> = rows(
         client,
-        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8,
-                last_seen > clock_timestamp() - interval '10 s'
-           FROM rendezvous.hosts ORDER BY host_id",
+        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live
+           FROM rendezvous.status_hosts ORDER BY host_id",
     )
     .await?
     .iter()
@@ -22,8 +22,8 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .collect();
     let leaders: Vec<Value> = rows(
         client,
-        "SELECT l.group_name, c.leader, c.epoch, c.pid, extract(epoch FROM clock_timestamp() - c.since)::float8
-           FROM rendezvous.leaders l, LATERAL rendezvous.leader(l.group_name) c ORDER BY 1",
+        "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8
+           FROM rendezvous.status_leaders ORDER BY 1",
     )
     .await?
     .iter()
@@ -40,22 +40,22 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     };
     let in_flight = firing(
         "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false
-           FROM rendezvous.firings WHERE completed_at IS NULL ORDER BY fire_at LIMIT 20",
+           FROM rendezvous.status_firings WHERE completed_at IS NULL ORDER BY fire_at LIMIT 20",
     )
     .await?;
     let recent = firing(
         "SELECT firing_key, holder, token, attempts, 0::float8, true
-           FROM rendezvous.firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
+           FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
     )
     .await?;
     let counts = rows(
         client,
-        "SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL) FROM rendezvous.firings",
+        "SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL) FROM rendezvous.status_firings",
     )
     .await?;
     let runs: Vec<Value> = rows(
         client,
-        "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.runs ORDER BY run_id DESC LIMIT 10",
+        "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10",
     )
     .await?
     .iter()

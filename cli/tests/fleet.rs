@@ -28,11 +28,46 @@ fn a_short_fleet_under_chaos_passes() {
 }
 
 #[test]
-fn status_reports_as_json() {
+fn status_of_an_unreachable_database_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
         .args(["status", "--database-url", "postgresql://nobody@127.0.0.1:1/none"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "an unreachable database is a clear error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot connect"));
+}
+
+#[test]
+fn status_reports_as_json_for_an_observer_role() {
+    let psql = rendezvous_cli::cluster::bindir().unwrap().join("psql");
+    let psql = psql.display();
+    let role = format!("rz_status_{}", std::process::id());
+    // Some of everything, made as the superuser; then `status --json` as a role that is only a
+    // member of rendezvous_observer.
+    let script = format!(
+        r#"set -e
+{psql} -X -q -v ON_ERROR_STOP=1 \
+  -c "CREATE ROLE {role} LOGIN; GRANT rendezvous_observer TO {role};" \
+  -c "SELECT rendezvous.heartbeat('h1')" \
+  -c "SELECT * FROM rendezvous.try_lead('g', 'h1')" \
+  -c "SELECT * FROM rendezvous.spawn_run('acme', 'wf', '{{}}', 'k1')" \
+  -c "SELECT * FROM rendezvous.claim_firing('t', '2026-01-01 00:00+00', 'h1')" >/dev/null
+"{rendezvous}" status --json --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
+{psql} -X -q -c "DROP ROLE {role}" >/dev/null"#,
+        rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["cluster", "run", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let status: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(status["hosts"][0]["host_id"], "h1");
+    assert_eq!(status["hosts"][0]["live"], true);
+    assert_eq!(status["leaders"][0]["group"], "g");
+    assert_eq!(status["leaders"][0]["epoch"], 1);
+    assert_eq!(status["recent_runs"][0]["dispatch_key"], "k1");
+    assert_eq!(status["firings"]["in_flight"], 1);
+    assert_eq!(status["firings"]["in_flight_sample"][0]["holder"], "h1");
 }

@@ -17,7 +17,7 @@ COMMENT ON VIEW rendezvous.status_leaders IS
     'Per leader group: who leads (NULL: nobody), the epoch, since when, the lock holder''s pid, and whether a session holds the lock without being the recorded leader (a claim in flight).';
 
 CREATE VIEW rendezvous.status_firings AS
-    SELECT f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
+    SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
            CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
                 WHEN f.lease_until > pg_catalog.clock_timestamp() THEN 'running'
                 ELSE 'expired' END AS state
