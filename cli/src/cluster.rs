@@ -179,13 +179,18 @@ impl Cluster {
     }
 
     fn pg_ctl(&self, action: &str) -> Result<(), String> {
+        self.pg_ctl_mode(action, "fast")
+    }
+
+    /// `pg_ctl ACTION` with shutdown mode `mode` (fast: clean; immediate: as a crash).
+    fn pg_ctl_mode(&self, action: &str, mode: &str) -> Result<(), String> {
         let ok = self
             .pg_command("pg_ctl")
             .arg("-D")
             .arg(self.data())
             .arg("-l")
             .arg(self.log())
-            .args(["-w", "-s", "-m", "fast", action])
+            .args(["-w", "-s", "-m", mode, action])
             .status()
             .map_err(|e| format!("pg_ctl: {e}"))?;
         if ok.success() {
@@ -199,6 +204,13 @@ impl Cluster {
     /// Restarts the server (every session ends, session locks with them).
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl("restart")
+    }
+
+    /// Stops the server as a crash would (`-m immediate`: no shutdown checkpoint, so WAL still
+    /// in shared memory is lost), then starts it again through crash recovery.
+    pub fn crash_restart(&self) -> Result<(), String> {
+        self.pg_ctl_mode("stop", "immediate")?;
+        self.pg_ctl("start")
     }
 
     /// The URL of database `postgres`.
