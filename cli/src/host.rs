@@ -126,7 +126,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     let me = Membership::start(
         &plan.url,
         &plan.host_id,
-        MembershipOptions { weight: 1.0, interval: Duration::from_millis(300) },
+        MembershipOptions::default().with_weight(1.0).with_interval(Duration::from_millis(300)),
     )
     .await
     .map_err(e)?;
@@ -134,7 +134,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         &plan.url,
         &plan.group(),
         &plan.host_id,
-        LeaderOptions { refresh: Duration::from_millis(500), lease: None },
+        LeaderOptions::default().with_refresh(Duration::from_millis(500)).with_lease(None),
     )
     .await
     .map_err(e)?;
@@ -143,14 +143,13 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         Clock::Local(f) => f.clone(),
         Clock::Database => Arc::new(SystemTime::now),
     };
-    let options = DispatcherOptions {
-        grace: Duration::from_millis(300),
-        lease: Duration::from_secs(2),
-        renew_every: Some(Duration::from_millis(500)),
-        poll: Duration::from_millis(100),
-        max_in_flight: 32,
-        clock,
-    };
+    let options = DispatcherOptions::default()
+        .with_grace(Duration::from_millis(300))
+        .with_lease(Duration::from_secs(2))
+        .with_renew_every(Some(Duration::from_millis(500)))
+        .with_poll(Duration::from_millis(100))
+        .with_max_in_flight(32)
+        .with_clock(clock);
     let mut dispatcher = Dispatcher::connect(&plan.url, &plan.host_id, options.clone()).await.map_err(e)?;
     let mut writer = Arc::new(Mutex::new(rendezvous_client::connect(&plan.url).await.map_err(e)?));
     let mut reader = rendezvous_client::connect(&plan.url).await.map_err(e)?;

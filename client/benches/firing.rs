@@ -27,14 +27,12 @@ async fn dispatch_run(url: &str, name: &'static str, grace: Duration, tag: &str)
     let due: Vec<Firing> = (0..FIRINGS).map(|i| Firing::new(format!("{tag}-{i}"), fire_at)).collect();
     let mut dispatchers = Vec::new();
     for h in &hosts {
-        let options = DispatcherOptions {
-            grace,
-            lease: Duration::from_secs(60),
-            poll: Duration::from_millis(100),
-            max_in_flight: 256,
-            clock: Clock::Database,
-            ..DispatcherOptions::default()
-        };
+        let options = DispatcherOptions::default()
+            .with_grace(grace)
+            .with_lease(Duration::from_secs(60))
+            .with_poll(Duration::from_millis(100))
+            .with_max_in_flight(256)
+            .with_clock(Clock::Database);
         dispatchers.push(Dispatcher::connect(url, h, options).await.unwrap());
     }
     let mut tasks = Vec::new();

@@ -54,7 +54,8 @@ async fn main() -> Result<()> {
     let version = rendezvous_client::check_extension(&client).await?;
     println!("pg_rendezvous {version}, HRW algorithm {}\n", rendezvous_client::hrw::ALGORITHM);
 
-    let opts = |weight| MembershipOptions { weight, interval: Duration::from_millis(500) };
+    let opts =
+        |weight| MembershipOptions::default().with_weight(weight).with_interval(Duration::from_millis(500));
     let mut hosts = BTreeMap::new();
     for (name, weight) in
         [("host-1", 1.0), ("host-2", 1.0), ("host-3", 1.0), ("host-4", 2.0), ("host-5", 1.0)]

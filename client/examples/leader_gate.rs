@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rendezvous_client::leader::assert_leader;
-use rendezvous_client::{Error, LeaderElector, LeaderOptions, Result};
+use rendezvous_client::{LeaderElector, LeaderOptions, Result};
 
 const GROUP: &str = "agent:support-bot";
 
@@ -39,12 +39,10 @@ fn heartbeat_prompt(elector: &LeaderElector) -> bool {
 /// A leader-only write, fenced: if this elector was deposed after `epoch` was read, the
 /// transaction fails with RZ001 and writes nothing.
 async fn record_answer(client: &mut tokio_postgres::Client, epoch: i64, message: &str) -> Result<()> {
-    let tx = client.transaction().await.map_err(Error::Db)?;
+    let tx = client.transaction().await?;
     assert_leader(&tx, GROUP, epoch).await?;
-    tx.execute("INSERT INTO agent_answers (epoch, message) VALUES ($1, $2)", &[&epoch, &message])
-        .await
-        .map_err(Error::Db)?;
-    tx.commit().await.map_err(Error::Db)
+    tx.execute("INSERT INTO agent_answers (epoch, message) VALUES ($1, $2)", &[&epoch, &message]).await?;
+    Ok(tx.commit().await?)
 }
 
 #[tokio::main]
@@ -61,9 +59,8 @@ async fn main() -> Result<()> {
     let mut client = rendezvous_client::connect(&url).await?;
     client
         .batch_execute("CREATE TABLE IF NOT EXISTS agent_answers (epoch bigint, message text, at timestamptz DEFAULT now())")
-        .await
-        .map_err(Error::Db)?;
-    let options = LeaderOptions { refresh: Duration::from_secs(1), lease: None };
+        .await?;
+    let options = LeaderOptions::default().with_refresh(Duration::from_secs(1)).with_lease(None);
     let elector = LeaderElector::start(&url, GROUP, &candidate, options).await?;
     let mut changes = elector.changes();
     let mut tick = tokio::time::interval(Duration::from_millis(500));

@@ -29,6 +29,21 @@ pub struct Admission {
 /// call is its own transaction; inside the caller's transaction it aborts that transaction,
 /// so it is returned for the caller to retry the whole transaction
 /// ([`Error::is_serialization_failure`]).
+///
+/// ```no_run
+/// use rendezvous_client::spawn_run;
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// let input = serde_json::json!({ "ticket": 1234 });
+/// // A redelivered message carries the same dispatch key: it gets the first run back.
+/// let first = spawn_run(&client, "tenant-1", "triage", &input, Some("msg-7f3a")).await?;
+/// let again = spawn_run(&client, "tenant-1", "triage", &input, Some("msg-7f3a")).await?;
+/// assert!(first.created && !again.created);
+/// assert_eq!(first.run_id, again.run_id);
+/// # Ok(())
+/// # }
+/// ```
 pub async fn spawn_run(
     client: &impl GenericClient,
     tenant_id: &str,
@@ -51,7 +66,7 @@ pub async fn spawn_run(
                 tracing::debug!(attempt, "spawn_run: serialization failure, retrying");
                 // Inside the caller's transaction a retry cannot succeed: probe cheaply and
                 // hand the original error back.
-                if let Err(probe) = client.query_one("SELECT 1", &[]).await {
+                if let Err(probe) = client.query_one(sql::PROBE, &[]).await {
                     if probe.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) {
                         return Err(Error::from_db(e));
                     }
@@ -64,14 +79,13 @@ pub async fn spawn_run(
 
 /// Moves a run to `state` (`pending`, `running`, `succeeded`, `failed`, `cancelled`).
 pub async fn set_run_state(client: &impl GenericClient, run_id: i64, state: &str) -> Result<bool> {
-    let row = client.query_one(sql::SET_RUN_STATE, &[&run_id, &state]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::SET_RUN_STATE, &[&run_id, &state]).await?;
     Ok(row.get(0))
 }
 
 /// Deletes finished runs last updated more than `older_than` ago; returns how many. A
 /// dispatch key whose run was purged admits a new run when redelivered.
 pub async fn purge_runs(client: &impl GenericClient, older_than: std::time::Duration) -> Result<i64> {
-    let row =
-        client.query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()]).await?;
     Ok(row.get(0))
 }

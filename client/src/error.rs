@@ -5,7 +5,12 @@ use tokio_postgres::error::SqlState;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything a client call can fail with.
+///
+/// Non-exhaustive: later versions may add variants, so a `match` needs a `_` arm. Errors from
+/// `tokio_postgres` convert with `?` (see the [`From`] impl), so code mixing its own queries
+/// with the client's calls can use this one error type.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The database has no `pg_rendezvous`.
     #[error("the pg_rendezvous extension is not installed in this database: run `CREATE EXTENSION pg_rendezvous;` as a superuser")]
@@ -48,6 +53,25 @@ pub enum Error {
     /// The database refused or failed a call (see [`Error::sqlstate`]).
     #[error("database error: {0}")]
     Db(#[source] tokio_postgres::Error),
+}
+
+impl From<tokio_postgres::Error> for Error {
+    /// A database error, classified as [`Error::ExtensionMissing`] when it says the
+    /// `rendezvous` schema or one of its functions or tables does not exist, else [`Error::Db`].
+    ///
+    /// ```no_run
+    /// # async fn run(client: &mut tokio_postgres::Client) -> rendezvous_client::Result<()> {
+    /// let tx = client.transaction().await?; // a tokio_postgres::Error converts with `?`
+    /// tx.execute("INSERT INTO orders (id) VALUES (42)", &[]).await?;
+    /// let input = serde_json::json!({ "order": 42 });
+    /// rendezvous_client::spawn_run(&tx, "tenant-1", "send-receipt", &input, Some("order-42")).await?;
+    /// tx.commit().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn from(e: tokio_postgres::Error) -> Error {
+        Error::from_db(e)
+    }
 }
 
 impl Error {

@@ -35,53 +35,95 @@ impl Firing {
     }
 
     /// `firing:<task_id>:<fire_at as YYYY-MM-DDTHH:MM:SS.ffffffZ>`, exactly as
-    /// `rendezvous.firing_key` computes it.
-    pub fn key(&self) -> String {
+    /// `rendezvous.firing_key` computes it; see [`firing_key`] for what is refused.
+    pub fn key(&self) -> Result<String> {
         firing_key(&self.task_id, self.fire_at)
     }
 }
 
-/// The canonical firing key (microsecond precision, UTC), the same string the SQL function
-/// `rendezvous.firing_key` returns for the same instant.
-pub fn firing_key(task_id: &str, fire_at: SystemTime) -> String {
-    // The microseconds PostgreSQL receives for this SystemTime: tokio-postgres sends the
-    // distance from 2000-01-01 in whole microseconds, truncated toward 2000-01-01.
-    const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
+/// The longest task id the extension takes, in bytes.
+pub const MAX_TASK_ID_BYTES: usize = 256;
+
+/// Seconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
+const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
+/// 0001-01-01T00:00:00Z in microseconds since 2000-01-01: the earliest `fire_at` the extension
+/// takes (a key spells the year without an era, so a BC instant would share an AD key).
+const MIN_FIRE_AT_PG_MICROS: i128 = -63_082_281_600_000_000;
+/// 294277-01-01T00:00:00Z in microseconds since 2000-01-01: PostgreSQL's `END_TIMESTAMP`,
+/// the first instant past the end of `timestamptz`'s range.
+const END_TIMESTAMP_PG_MICROS: i128 = 9_223_371_331_200_000_000;
+
+/// The microseconds since 2000-01-01 UTC that PostgreSQL receives for `t`: tokio-postgres sends
+/// whole microseconds, truncated toward 2000-01-01.
+fn pg_micros(t: SystemTime) -> i128 {
     let pg_epoch = UNIX_EPOCH + Duration::from_secs(PG_EPOCH_UNIX_SECS);
-    let since_pg_epoch: i64 = match fire_at.duration_since(pg_epoch) {
-        Ok(d) => d.as_micros() as i64,
-        Err(e) => -(e.duration().as_micros() as i64),
-    };
-    let micros = since_pg_epoch + PG_EPOCH_UNIX_SECS as i64 * 1_000_000;
-    let secs = micros.div_euclid(1_000_000);
-    let frac = micros.rem_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "firing:{task_id}:{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:06}Z",
-        tod / 3600,
-        tod % 3600 / 60,
-        tod % 60
-    )
+    match t.duration_since(pg_epoch) {
+        Ok(d) => d.as_micros() as i128,
+        Err(e) => -(e.duration().as_micros() as i128),
+    }
 }
 
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// The canonical firing key, `firing:<task_id>:<YYYY-MM-DDTHH:MM:SS.ffffffZ>` (UTC,
+/// microsecond precision): the same string the SQL function `rendezvous.firing_key` returns for
+/// the same task and instant. Sub-microsecond parts are cut as the driver sends them, toward
+/// 2000-01-01.
+///
+/// Refuses, with [`Error::InvalidArgument`], what `rendezvous.firing_key` refuses (with
+/// SQLSTATE 22023): an empty `task_id` or one longer than [`MAX_TASK_ID_BYTES`], and a
+/// `fire_at` before 0001-01-01T00:00:00Z (the key has no era, so a BC instant would share an
+/// AD firing's key). Also refused: a `task_id` with a NUL byte, and a `fire_at` past
+/// 294276-12-31T23:59:59.999999Z, neither of which PostgreSQL can store.
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use rendezvous_client::firing::firing_key;
+///
+/// let at = UNIX_EPOCH + Duration::from_micros(1_795_910_400_000_005);
+/// assert_eq!(firing_key("nightly", at)?, "firing:nightly:2026-11-29T00:00:00.000005Z");
+/// assert!(firing_key("nightly", UNIX_EPOCH - Duration::from_secs(62_135_596_801)).is_err()); // 1 BC
+/// # Ok::<(), rendezvous_client::Error>(())
+/// ```
+pub fn firing_key(task_id: &str, fire_at: SystemTime) -> Result<String> {
+    if task_id.is_empty() || task_id.len() > MAX_TASK_ID_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "task_id must be 1 to {MAX_TASK_ID_BYTES} bytes (got {} bytes)",
+            task_id.len()
+        )));
+    }
+    if task_id.contains('\0') {
+        return Err(Error::InvalidArgument("task_id must not contain a NUL byte".into()));
+    }
+    let micros = pg_micros(fire_at);
+    if micros < MIN_FIRE_AT_PG_MICROS {
+        return Err(Error::InvalidArgument(format!(
+            "fire_at must not be before 0001-01-01T00:00:00Z (got {:?} before 1970-01-01)",
+            UNIX_EPOCH.duration_since(fire_at).unwrap_or_default()
+        )));
+    }
+    if micros >= END_TIMESTAMP_PG_MICROS {
+        return Err(Error::InvalidArgument(
+            "fire_at must not be after 294276-12-31T23:59:59.999999Z, the end of PostgreSQL's timestamptz range"
+                .into(),
+        ));
+    }
+    let unix_micros = micros + i128::from(PG_EPOCH_UNIX_SECS) * 1_000_000;
+    let at = time::OffsetDateTime::from_unix_timestamp_nanos(unix_micros * 1_000)
+        .map_err(|e| Error::InvalidArgument(format!("fire_at: {e}")))?;
+    Ok(format!(
+        "firing:{task_id}:{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.microsecond()
+    ))
 }
 
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FiringClaim {
     /// True when this call won the claim.
     pub claimed: bool,
@@ -108,8 +150,7 @@ pub async fn claim_firing(
 ) -> Result<FiringClaim> {
     let row = client
         .query_one(sql::CLAIM_FIRING, &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)])
-        .await
-        .map_err(Error::from_db)?;
+        .await?;
     Ok(FiringClaim {
         claimed: row.get(0),
         holder: row.get(1),
@@ -129,10 +170,7 @@ pub async fn claim_firings(
 ) -> Result<Vec<Option<FiringClaim>>> {
     let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
-    let rows = client
-        .query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)])
-        .await
-        .map_err(Error::from_db)?;
+    let rows = client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?;
     let mut out = vec![None; firings.len()];
     for r in rows {
         let ord: i32 = r.get(0);
@@ -152,17 +190,13 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
     let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
     let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
-    let rows =
-        client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await.map_err(Error::from_db)?;
+    let rows = client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?;
     Ok(rows.iter().map(|r| r.get(1)).collect())
 }
 
 /// Marks the firing done; false when `token` is stale (another host took it over).
 pub async fn complete_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
-    let row = client
-        .query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token])
-        .await
-        .map_err(Error::from_db)?;
+    let row = client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(row.get(0))
 }
 
@@ -175,27 +209,20 @@ pub async fn renew_firing(
 ) -> Result<Option<SystemTime>> {
     let row = client
         .query_one(sql::RENEW_FIRING, &[&firing.task_id, &firing.fire_at, &token, &secs(lease)])
-        .await
-        .map_err(Error::from_db)?;
+        .await?;
     Ok(row.get(0))
 }
 
 /// Gives a claim up early, uncompleted, so another host can take it at once.
 pub async fn release_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
-    let row = client
-        .query_one(sql::RELEASE_FIRING, &[&firing.task_id, &firing.fire_at, &token])
-        .await
-        .map_err(Error::from_db)?;
+    let row = client.query_one(sql::RELEASE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(row.get(0))
 }
 
 /// Fencing: fails with SQLSTATE `RZ001` unless `token` is the firing's current claim. Call it
 /// in the same transaction as the firing's writes.
 pub async fn assert_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<()> {
-    client
-        .execute(sql::ASSERT_FIRING, &[&firing.task_id, &firing.fire_at, &token])
-        .await
-        .map_err(Error::from_db)?;
+    client.execute(sql::ASSERT_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(())
 }
 
@@ -242,7 +269,19 @@ impl std::fmt::Debug for Clock {
 }
 
 /// Settings for a [`Dispatcher`].
+///
+/// Non-exhaustive (later versions may add settings): start from [`Default`] and change what
+/// you need with the `with_*` methods, or assign the public fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use rendezvous_client::DispatcherOptions;
+///
+/// let options = DispatcherOptions::default().with_grace(Duration::from_millis(500)).with_max_in_flight(16);
+/// assert_eq!(options.lease, Duration::from_secs(60));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DispatcherOptions {
     /// Rank r first tries a firing at `fire_at + r × grace`. Default 2 s.
     pub grace: Duration,
@@ -271,8 +310,53 @@ impl Default for DispatcherOptions {
     }
 }
 
+impl DispatcherOptions {
+    /// Sets [`grace`](Self::grace).
+    #[must_use]
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Sets [`lease`](Self::lease).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`renew_every`](Self::renew_every) (`None`: lease / 3).
+    #[must_use]
+    pub fn with_renew_every(mut self, renew_every: Option<Duration>) -> Self {
+        self.renew_every = renew_every;
+        self
+    }
+
+    /// Sets [`poll`](Self::poll).
+    #[must_use]
+    pub fn with_poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight).
+    #[must_use]
+    pub fn with_max_in_flight(mut self, max_in_flight: usize) -> Self {
+        self.max_in_flight = max_in_flight;
+        self
+    }
+
+    /// Sets [`clock`](Self::clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
 /// What one [`Dispatcher::dispatch`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DispatchReport {
     /// Firings this host executed and completed with its token.
     pub executed: u64,
@@ -300,10 +384,45 @@ struct Pending {
 }
 
 /// A host's firing dispatcher, on its own connection.
+///
+/// Every host is handed the same due firings and its own view of the live set; the HRW rank
+/// decides who tries first, the database decides who wins, and each firing runs once per claim.
+///
+/// ```no_run
+/// use std::time::{Duration, SystemTime};
+/// use rendezvous_client::{firing, hrw, Dispatcher, DispatcherOptions, Firing};
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let url = "postgres://app@db.internal/app";
+/// let dispatcher = Dispatcher::connect(url, "host-1", DispatcherOptions::default()).await?;
+/// let view = hrw::live_host_set(dispatcher.client(), Duration::from_secs(10)).await?;
+/// let due = vec![Firing::new("nightly-report", SystemTime::now())];
+/// let report = dispatcher
+///     .dispatch(&due, &view, |ctx| async move {
+///         // Fence database writes with the token; use ctx.idempotency_key() for external calls.
+///         let client = rendezvous_client::connect(url).await.map_err(|e| e.to_string())?;
+///         firing::assert_firing(&client, &ctx.firing, ctx.token).await.map_err(|e| e.to_string())?;
+///         println!("running {}", ctx.key);
+///         Ok(())
+///     })
+///     .await?;
+/// println!("{} executed here, {} by others", report.executed, report.done_by_others);
+/// # Ok(())
+/// # }
+/// ```
 pub struct Dispatcher {
     client: Client,
     host_id: String,
     options: DispatcherOptions,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("host_id", &self.host_id)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Dispatcher {
@@ -339,12 +458,7 @@ impl Dispatcher {
             Clock::Local(f) => f.clone(),
             Clock::Database => {
                 let before = SystemTime::now();
-                let db: SystemTime = self
-                    .client
-                    .query_one("SELECT pg_catalog.clock_timestamp()", &[])
-                    .await
-                    .map_err(Error::from_db)?
-                    .get(0);
+                let db: SystemTime = self.client.query_one(sql::CLOCK, &[]).await?.get(0);
                 let rtt = before.elapsed().unwrap_or_default();
                 let local_mid = before + rtt / 2;
                 match db.duration_since(local_mid) {
@@ -363,13 +477,16 @@ impl Dispatcher {
     /// the firing's key in `view` (its view of the live set; a host missing from its own view
     /// ranks last) — runs `work` for each claim it wins while renewing the lease, and
     /// completes it with its token. Returns when all are completed.
+    ///
+    /// A firing [`firing_key`] refuses (a bad task id, a `fire_at` before 1 AD) fails the call
+    /// with [`Error::InvalidArgument`] before anything is claimed.
     pub async fn dispatch<W, Fut>(&self, due: &[Firing], view: &HostSet, work: W) -> Result<DispatchReport>
     where
         W: Fn(FiringContext) -> Fut,
         Fut: Future<Output = std::result::Result<(), String>>,
     {
+        let keys: Vec<String> = due.iter().map(Firing::key).collect::<Result<_>>()?;
         let now = self.now_fn().await?;
-        let keys: Vec<String> = due.iter().map(Firing::key).collect();
         // This host's rank per firing in its view; a host missing from its own view ranks last.
         let ranks: Vec<usize> =
             keys.iter().map(|k| view.rank_of(k, &self.host_id).unwrap_or(view.len())).collect();
@@ -485,7 +602,7 @@ impl Dispatcher {
     async fn statuses(&self, due: &[Firing], pending: &[Pending]) -> Result<Vec<Status>> {
         let tasks: Vec<&str> = pending.iter().map(|p| due[p.index].task_id.as_str()).collect();
         let times: Vec<SystemTime> = pending.iter().map(|p| due[p.index].fire_at).collect();
-        let rows = self.client.query(sql::FIRING_STATUS, &[&tasks, &times]).await.map_err(Error::from_db)?;
+        let rows = self.client.query(sql::FIRING_STATUS, &[&tasks, &times]).await?;
         Ok(rows
             .iter()
             .map(|r| {
@@ -564,28 +681,78 @@ mod tests {
         UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(u64::from(micros))
     }
 
-    #[test]
-    fn keys_are_canonical_utc_microseconds() {
-        assert_eq!(firing_key("t", UNIX_EPOCH), "firing:t:1970-01-01T00:00:00.000000Z");
-        assert_eq!(firing_key("t", at(951_782_400, 5)), "firing:t:2000-02-29T00:00:00.000005Z");
-        assert_eq!(firing_key("nightly", at(1_795_910_400, 0)), "firing:nightly:2026-11-29T00:00:00.000000Z");
-        assert_eq!(firing_key("t", at(4_102_444_799, 999_999)), "firing:t:2099-12-31T23:59:59.999999Z");
-        assert_eq!(
-            firing_key("t", UNIX_EPOCH - Duration::from_micros(1)),
-            "firing:t:1969-12-31T23:59:59.999999Z"
-        );
-        // Sub-microsecond parts are cut the way the driver sends them (toward 2000-01-01).
-        assert_eq!(
-            firing_key("t", at(1_795_910_400, 0) + Duration::from_nanos(999)),
-            firing_key("t", at(1_795_910_400, 0))
-        );
+    fn key(task_id: &str, fire_at: SystemTime) -> String {
+        firing_key(task_id, fire_at).unwrap()
     }
 
     #[test]
-    fn civil_dates_round_trip_across_leap_years() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(47_481), (2099, 12, 31));
+    fn keys_are_canonical_utc_microseconds() {
+        assert_eq!(key("t", UNIX_EPOCH), "firing:t:1970-01-01T00:00:00.000000Z");
+        assert_eq!(key("t", at(951_782_400, 5)), "firing:t:2000-02-29T00:00:00.000005Z");
+        assert_eq!(key("nightly", at(1_795_910_400, 0)), "firing:nightly:2026-11-29T00:00:00.000000Z");
+        assert_eq!(key("t", at(4_102_444_799, 999_999)), "firing:t:2099-12-31T23:59:59.999999Z");
+        assert_eq!(key("t", UNIX_EPOCH - Duration::from_micros(1)), "firing:t:1969-12-31T23:59:59.999999Z");
+        // Sub-microsecond parts are cut the way the driver sends them (toward 2000-01-01).
+        assert_eq!(
+            key("t", at(1_795_910_400, 0) + Duration::from_nanos(999)),
+            key("t", at(1_795_910_400, 0))
+        );
+        assert_eq!(
+            key("t", UNIX_EPOCH - Duration::from_nanos(1_500)),
+            "firing:t:1969-12-31T23:59:59.999999Z"
+        );
+        assert_eq!(Firing::new("t", UNIX_EPOCH).key().unwrap(), key("t", UNIX_EPOCH));
+    }
+
+    #[test]
+    fn civil_dates_across_leap_years() {
+        let day = |d: i64| {
+            let t = if d >= 0 {
+                UNIX_EPOCH + Duration::from_secs(d as u64 * 86_400)
+            } else {
+                UNIX_EPOCH - Duration::from_secs(d.unsigned_abs() * 86_400)
+            };
+            key("t", t)["firing:t:".len()..].split('T').next().unwrap().to_owned()
+        };
+        assert_eq!(day(0), "1970-01-01");
+        assert_eq!(day(-1), "1969-12-31");
+        assert_eq!(day(11_016), "2000-02-29");
+        assert_eq!(day(47_481), "2099-12-31");
+        assert_eq!(day(-141_427), "1582-10-15"); // proleptic Gregorian throughout
+        assert_eq!(day(-719_162), "0001-01-01");
+        assert_eq!(day(2_932_896), "9999-12-31");
+        assert_eq!(day(2_932_897), "10000-01-01"); // to_char's YYYY widens past 9999
+    }
+
+    #[test]
+    fn range_ends_are_postgres_ones() {
+        let first_ad = UNIX_EPOCH - Duration::from_secs(62_135_596_800);
+        assert_eq!(key("t", first_ad), "firing:t:0001-01-01T00:00:00.000000Z");
+        // Up to 999 ns before the first AD instant is still sent as 0001-01-01T00:00:00Z.
+        assert_eq!(key("t", first_ad - Duration::from_nanos(999)), "firing:t:0001-01-01T00:00:00.000000Z");
+        let bc = first_ad - Duration::from_micros(1);
+        assert!(matches!(firing_key("t", bc), Err(Error::InvalidArgument(m)) if m.contains("0001-01-01")));
+        assert!(firing_key("t", first_ad - Duration::from_secs(86_400 * 400 * 366)).is_err());
+        let end = UNIX_EPOCH + Duration::from_secs(9_224_318_016_000); // 294277-01-01T00:00:00Z
+        assert_eq!(key("t", end - Duration::from_micros(1)), "firing:t:294276-12-31T23:59:59.999999Z");
+        assert!(matches!(firing_key("t", end), Err(Error::InvalidArgument(m)) if m.contains("294276")));
+        // The bounds agree with the calendar.
+        let micros = |t: SystemTime| pg_micros(t);
+        assert_eq!(micros(first_ad), MIN_FIRE_AT_PG_MICROS);
+        assert_eq!(micros(end), END_TIMESTAMP_PG_MICROS);
+        let date = |y, m| time::Date::from_calendar_date(y, m, 1).unwrap().midnight().assume_utc();
+        assert_eq!(date(1, time::Month::January).unix_timestamp(), -62_135_596_800);
+        assert_eq!(date(294_277, time::Month::January).unix_timestamp(), 9_224_318_016_000);
+    }
+
+    #[test]
+    fn task_ids_are_checked_as_the_extension_does() {
+        let ok = "x".repeat(MAX_TASK_ID_BYTES);
+        assert!(firing_key(&ok, UNIX_EPOCH).is_ok());
+        for bad in ["", &"x".repeat(MAX_TASK_ID_BYTES + 1), "a\0b"] {
+            assert!(matches!(firing_key(bad, UNIX_EPOCH), Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
+        // Any other text is kept as is, as the SQL function keeps it.
+        assert_eq!(key("a:b 🦀", UNIX_EPOCH), "firing:a:b 🦀:1970-01-01T00:00:00.000000Z");
     }
 }

@@ -31,7 +31,8 @@ use crate::{sql, Error, Result};
 
 /// One claim attempt's answer (`rendezvous.try_lead`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
+#[non_exhaustive]
+pub struct LeaderClaim {
     /// True when the calling session holds the group's lock.
     pub is_leader: bool,
     /// The current leader (this candidate when `is_leader`), if any.
@@ -42,6 +43,7 @@ pub struct Claim {
 
 /// The live leadership of a group (`rendezvous.leader`), from the lock truth in `pg_locks`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CurrentLeader {
     /// Who holds the lock now; `None` when nobody does.
     pub leader: Option<String>,
@@ -52,20 +54,20 @@ pub struct CurrentLeader {
 }
 
 /// Claims leadership without waiting (idempotent for the holder's own session).
-pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<Claim> {
-    let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await.map_err(Error::from_db)?;
-    Ok(Claim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
+pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
+    let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
+    Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
 }
 
 /// Gives up leadership if this session holds it.
 pub async fn resign(client: &impl GenericClient, group: &str) -> Result<bool> {
-    let row = client.query_one(sql::RESIGN, &[&group]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::RESIGN, &[&group]).await?;
     Ok(row.get(0))
 }
 
 /// Who leads `group` now.
 pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentLeader> {
-    let row = client.query_one(sql::LEADER, &[&group]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::LEADER, &[&group]).await?;
     Ok(CurrentLeader { leader: row.get(0), epoch: row.get(1), pid: row.get(2) })
 }
 
@@ -73,12 +75,24 @@ pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentL
 /// Call it in the same transaction as a leader's write; a deposed leader's write then either
 /// commits before the new epoch exists or fails.
 pub async fn assert_leader(client: &impl GenericClient, group: &str, epoch: i64) -> Result<()> {
-    client.execute(sql::ASSERT_LEADER, &[&group, &epoch]).await.map_err(Error::from_db)?;
+    client.execute(sql::ASSERT_LEADER, &[&group, &epoch]).await?;
     Ok(())
 }
 
 /// Settings for a [`LeaderElector`].
+///
+/// Non-exhaustive (later versions may add settings): start from [`Default`] and change what
+/// you need with the `with_*` methods, or assign the public fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use rendezvous_client::LeaderOptions;
+///
+/// let options = LeaderOptions::default().with_refresh(Duration::from_secs(1));
+/// assert_eq!(options.lease, None); // 2 × refresh
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LeaderOptions {
     /// How often the leader confirms its lock and session. Default 5 s (seed 002's tick).
     pub refresh: Duration,
@@ -93,6 +107,20 @@ impl Default for LeaderOptions {
 }
 
 impl LeaderOptions {
+    /// Sets [`refresh`](Self::refresh).
+    #[must_use]
+    pub fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = refresh;
+        self
+    }
+
+    /// Sets [`lease`](Self#structfield.lease) (`None`: 2 × `refresh`).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Option<Duration>) -> Self {
+        self.lease = lease;
+        self
+    }
+
     fn lease(&self) -> Duration {
         self.lease.unwrap_or(self.refresh * 2)
     }
@@ -100,6 +128,7 @@ impl LeaderOptions {
 
 /// A change of leadership as the elector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Leadership {
     /// True while this elector leads (see [`LeaderElector::is_leader`] for the lease check).
     pub is_leader: bool,
@@ -116,6 +145,32 @@ pub struct Leadership {
 /// Gate every leader-only action on [`is_leader`](Self::is_leader) (a cheap local read), and
 /// fence leader-only writes with [`assert_leader`] and [`epoch`](Self::epoch) in the same
 /// transaction.
+///
+/// ```no_run
+/// use rendezvous_client::{leader, LeaderElector, LeaderOptions};
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let url = "postgres://app@db.internal/app";
+/// let elector = LeaderElector::start(url, "shared-agent", "host-1:4242", LeaderOptions::default()).await?;
+/// let mut changes = elector.changes();
+/// let mut client = rendezvous_client::connect(url).await?;
+/// loop {
+///     if let Some(epoch) = elector.epoch() {
+///         // Leader-only write, fenced: it fails with SQLSTATE RZ001 if this term has ended.
+///         let tx = client.transaction().await?;
+///         leader::assert_leader(&tx, "shared-agent", epoch).await?;
+///         tx.execute("UPDATE agent_state SET answered_at = now()", &[]).await?;
+///         tx.commit().await?;
+///     }
+///     if changes.changed().await.is_err() {
+///         break;
+///     }
+///     println!("leadership: {:?}", *changes.borrow());
+/// }
+/// elector.shutdown().await?; // a leader resigns, so a follower takes over at once
+/// # Ok(())
+/// # }
+/// ```
 pub struct LeaderElector {
     group: String,
     candidate: String,
@@ -125,6 +180,17 @@ pub struct LeaderElector {
     base: Instant,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<()>>,
+}
+
+impl std::fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("group", &self.group)
+            .field("candidate", &self.candidate)
+            .field("is_leader", &self.is_leader())
+            .field("leadership", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaderElector {
@@ -364,7 +430,7 @@ impl Run {
     }
 
     /// One `try_lead` on the dedicated session, checking it is still the same backend.
-    async fn claim(&self, client: &Client, session_pid: i32) -> Result<Claim> {
+    async fn claim(&self, client: &Client, session_pid: i32) -> Result<LeaderClaim> {
         let row =
             client.query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate]).await.map_err(|e| {
                 if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
@@ -379,14 +445,14 @@ impl Run {
                 "the session's backend changed from pid {session_pid} to {pid} between statements"
             )));
         }
-        Ok(Claim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
+        Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
     }
 
     async fn connect(&self) -> Result<Session> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
         let watched = crate::connect_watched(&self.url, &name).await?;
-        watched.client.batch_execute(sql::LISTEN_LEADERS).await.map_err(Error::from_db)?;
-        let pid: i32 = watched.client.query_one(sql::BACKEND_PID, &[]).await.map_err(Error::from_db)?.get(0);
+        watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
+        let pid: i32 = watched.client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
         Ok(Session {
             client: watched.client,
             pid,

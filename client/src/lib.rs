@@ -1,13 +1,53 @@
-//! Async client for the `pg_rendezvous` PostgreSQL extension.
+//! Async client for the `pg_rendezvous` PostgreSQL extension, on `tokio-postgres`.
 //!
 //! Stateless calls take `&impl GenericClient`, so they work on a plain client, inside the
-//! caller's own transaction, or on a pooled connection. Long-lived pieces ([`Membership`])
-//! own a dedicated connection and a background task, and stop with `shutdown().await`.
+//! caller's own transaction, or on a pooled connection. Long-lived pieces ([`Membership`],
+//! [`LeaderElector`], [`Dispatcher`]) own a dedicated connection and a background task, and
+//! stop with `shutdown().await`.
 //!
 //! The HRW algorithm is the same code the extension runs ([`hrw`]), so a host can compute
 //! owners locally and get exactly the server's answer.
+//!
+//! # Entry points
+//!
+//! | what | where |
+//! |---|---|
+//! | connect, check the extension | [`connect`], [`connect_as`], [`check_extension`] |
+//! | idempotent run admission | [`spawn_run`], and the rest of [`admission`] |
+//! | membership heartbeat, live set | [`Membership`], and the rest of [`membership`] |
+//! | one leader per group | [`LeaderElector`], and the rest of [`leader`] |
+//! | exactly-once firing claims | [`Dispatcher`], and the rest of [`firing`] |
+//! | local HRW lookups | [`HostSet`] ([`hrw`]) |
+//!
+//! The crate root re-exports every public type and the main entry point of each module; the
+//! modules hold the remaining free functions (`membership::heartbeat`,
+//! `leader::assert_leader`, `firing::claim_firing`, …). [`tokio_postgres`] is re-exported so
+//! callers can name the exact version the client's signatures use.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use rendezvous_client::{LeaderElector, LeaderOptions, Membership, MembershipOptions};
+//!
+//! # async fn host() -> rendezvous_client::Result<()> {
+//! let url = "postgres://app@db.internal/app";
+//! let client = rendezvous_client::connect(url).await?;
+//! rendezvous_client::check_extension(&client).await?;
+//!
+//! // Be part of the live host set, and compete for one group's leadership.
+//! let me = Membership::start(url, "host-1", MembershipOptions::default()).await?;
+//! let elector = LeaderElector::start(url, "billing", "host-1", LeaderOptions::default()).await?;
+//! if elector.is_leader() {
+//!     // leader-only work, fenced by elector.epoch()
+//! }
+//! elector.shutdown().await?;
+//! me.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod admission;
 mod error;
@@ -15,23 +55,49 @@ pub mod firing;
 pub mod hrw;
 pub mod leader;
 pub mod membership;
+// The SQL text the client sends is an implementation detail, not API: hidden from the docs
+// and free to change in any release. It stays reachable (rather than `pub(crate)`) because the
+// workspace's integration tests need it: tests/it/contract.rs prepares every statement
+// against the installed extension, and tests/it/hrw.rs drives `sql::WINNER` directly.
+#[doc(hidden)]
 pub mod sql;
 
 pub use admission::{spawn_run, Admission};
 pub use error::{Error, Result};
-pub use firing::{Dispatcher, DispatcherOptions, Firing, FiringContext};
-pub use leader::{LeaderElector, LeaderOptions, Leadership};
-pub use membership::{Membership, MembershipOptions};
+pub use firing::{Clock, DispatchReport, Dispatcher, DispatcherOptions, Firing, FiringClaim, FiringContext};
+pub use hrw::{HostSet, WeightError};
+pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
+pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
+pub use tokio_postgres;
 
 use tokio_postgres::GenericClient;
+
+// The README's example is compiled as a doctest too.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 /// The extension version this client speaks (the workspace version, shared by both).
 pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Checks that `pg_rendezvous` is installed at the version this client expects and that the
 /// server runs the same HRW algorithm; returns the installed version.
+///
+/// A missing extension is [`Error::ExtensionMissing`], another version
+/// [`Error::VersionMismatch`]; both say what to run.
+///
+/// ```no_run
+/// # async fn check() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// match rendezvous_client::check_extension(&client).await {
+///     Ok(version) => println!("pg_rendezvous {version}"),
+///     Err(e) => eprintln!("{e}"), // e.g. "... run `CREATE EXTENSION pg_rendezvous;` ..."
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
-    let row = client.query_opt(sql::EXTENSION_VERSION, &[]).await.map_err(Error::from_db)?;
+    let row = client.query_opt(sql::EXTENSION_VERSION, &[]).await?;
     let installed: String = match row {
         Some(row) => row.get(0),
         None => return Err(Error::ExtensionMissing),
@@ -39,14 +105,28 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
     if installed != EXTENSION_VERSION {
         return Err(Error::VersionMismatch { installed, expected: EXTENSION_VERSION.to_owned() });
     }
-    let algorithm: String = client.query_one(sql::HRW_ALGORITHM, &[]).await.map_err(Error::from_db)?.get(0);
+    let algorithm: String = client.query_one(sql::HRW_ALGORITHM, &[]).await?.get(0);
     if algorithm != hrw::ALGORITHM {
         return Err(Error::AlgorithmMismatch { server: algorithm, client: hrw::ALGORITHM });
     }
     Ok(installed)
 }
 
-/// Connects with `tokio_postgres` (no TLS) and drives the connection on a background task.
+/// Connects with `tokio_postgres` (no TLS) and drives the connection on a background task
+/// (spawned with `tokio::spawn`, so call it inside a Tokio runtime).
+///
+/// The URL is anything `tokio_postgres::Config` parses (`postgres://user@host/db?...` or
+/// `host=... dbname=...`), multi-host URLs with `target_session_attrs=read-write` included.
+/// The session's `application_name` is `rendezvous` unless the URL sets one.
+///
+/// ```no_run
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// let live = rendezvous_client::membership::live_hosts(&client, std::time::Duration::from_secs(10)).await?;
+/// println!("{} hosts live", live.len());
+/// # Ok(())
+/// # }
+/// ```
 pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
     connect_as(database_url, "rendezvous").await
 }

@@ -23,37 +23,49 @@ fn check_host_id(host_id: &str) -> Result<()> {
 /// Marks `host_id` live now; returns the database's time of the heartbeat.
 pub async fn heartbeat(client: &impl GenericClient, host_id: &str, weight: f64) -> Result<SystemTime> {
     check_host_id(host_id)?;
-    let row = client.query_one(sql::HEARTBEAT, &[&host_id, &weight]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::HEARTBEAT, &[&host_id, &weight]).await?;
     Ok(row.get(0))
 }
 
 /// Removes `host_id` from the set now; true if it was there.
 pub async fn leave(client: &impl GenericClient, host_id: &str) -> Result<bool> {
     check_host_id(host_id)?;
-    let row = client.query_one(sql::LEAVE, &[&host_id]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::LEAVE, &[&host_id]).await?;
     Ok(row.get(0))
 }
 
 /// The live host ids, sorted.
 pub async fn live_hosts(client: &impl GenericClient, staleness: Duration) -> Result<Vec<String>> {
-    let row = client.query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()]).await?;
     Ok(row.get(0))
 }
 
 /// The live hosts with their weights.
 pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> Result<Vec<(String, f64)>> {
-    let rows = client.query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await.map_err(Error::from_db)?;
+    let rows = client.query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// The server's winner for `key` over the live set (10 s staleness); `None` if nobody is live.
 pub async fn winner(client: &impl GenericClient, key: &str) -> Result<Option<String>> {
-    let row = client.query_one(sql::WINNER_LIVE, &[&key]).await.map_err(Error::from_db)?;
+    let row = client.query_one(sql::WINNER_LIVE, &[&key]).await?;
     Ok(row.get(0))
 }
 
 /// Settings for a [`Membership`].
+///
+/// Non-exhaustive (later versions may add settings): start from [`Default`] and change what
+/// you need with the `with_*` methods, or assign the public fields.
+///
+/// ```
+/// use std::time::Duration;
+/// use rendezvous_client::MembershipOptions;
+///
+/// let options = MembershipOptions::default().with_weight(2.0).with_interval(Duration::from_millis(500));
+/// assert_eq!(options.weight, 2.0);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct MembershipOptions {
     /// This host's weight (share of keys relative to others). Default 1.
     pub weight: f64,
@@ -67,8 +79,25 @@ impl Default for MembershipOptions {
     }
 }
 
+impl MembershipOptions {
+    /// Sets [`weight`](Self::weight).
+    #[must_use]
+    pub fn with_weight(mut self, weight: f64) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// Sets [`interval`](Self::interval).
+    #[must_use]
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+}
+
 /// What the background heartbeat last saw.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct HeartbeatStatus {
     /// Database time of the last successful heartbeat.
     pub last_ok: Option<SystemTime>,
@@ -78,11 +107,42 @@ pub struct HeartbeatStatus {
 
 /// A host's presence in the live set: heartbeats on its own connection in a background task
 /// until [`Membership::shutdown`], which leaves the set at once.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use rendezvous_client::{membership, Membership, MembershipOptions};
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let url = "postgres://app@db.internal/app";
+/// let me = Membership::start(url, "host-1", MembershipOptions::default()).await?;
+///
+/// // Any session sees the live set, on the database clock.
+/// let client = rendezvous_client::connect(url).await?;
+/// let live = membership::live_hosts(&client, membership::DEFAULT_STALENESS).await?;
+/// assert!(live.contains(&"host-1".to_owned()));
+/// if let Some(error) = me.status().last_error {
+///     eprintln!("heartbeat failing: {error}");
+/// }
+///
+/// me.shutdown().await?; // leaves the set at once
+/// # Ok(())
+/// # }
+/// ```
 pub struct Membership {
     host_id: String,
     stop: watch::Sender<bool>,
     status: watch::Receiver<HeartbeatStatus>,
     task: JoinHandle<Result<()>>,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("host_id", &self.host_id)
+            .field("status", &*self.status.borrow())
+            .field("running", &!self.task.is_finished())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Membership {

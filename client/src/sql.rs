@@ -1,97 +1,209 @@
 //! Every SQL statement the client sends, in one place: the client's side of the SQL contract.
-//! An integration test checks each `rendezvous.*` function named here exists in the extension.
+//!
+//! Each statement is declared with what the client code binds and reads: the types of its
+//! parameters, as the server infers them, and the names and types of its result columns. The
+//! integration test `tests/it/contract.rs` prepares every entry of [`STATEMENTS`] against the
+//! installed extension and compares, so a changed signature or result column on either side
+//! fails there rather than at run time. The macro makes a constant without its table entry
+//! impossible.
+//!
+//! Not part of the public API (hidden from the docs): the strings are implementation details
+//! and change without notice; the module is reachable only for the workspace's tests.
 
-/// Installed extension version (no row: not installed).
-pub const EXTENSION_VERSION: &str =
-    "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'";
-/// The server's HRW algorithm name.
-pub const HRW_ALGORITHM: &str = "SELECT rendezvous.hrw_algorithm()";
-/// Heartbeat: `$1` host id, `$2` weight.
-pub const HEARTBEAT: &str = "SELECT rendezvous.heartbeat($1, $2)";
-/// Leave: `$1` host id.
-pub const LEAVE: &str = "SELECT rendezvous.leave($1)";
-/// Live host ids: `$1` staleness in seconds.
-pub const LIVE_HOSTS: &str = "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))";
-/// Live hosts with weights: `$1` staleness in seconds.
-pub const LIVE_MEMBERS: &str =
-    "SELECT host_id, weight FROM rendezvous.live_members(pg_catalog.make_interval(secs => $1::float8))";
-/// Server-side winner over the live set: `$1` key.
-pub const WINNER_LIVE: &str = "SELECT rendezvous.winner($1::text)";
-/// Server-side winner over given hosts: `$1` key, `$2` hosts.
-pub const WINNER: &str = "SELECT rendezvous.winner($1::text, $2::text[])";
-/// Server-side ranking over given hosts: `$1` key, `$2` hosts, `$3` k.
-pub const RANKED: &str = "SELECT rendezvous.ranked($1::text, $2::text[], $3::int4)";
+use tokio_postgres::types::Type;
 
-/// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
-pub const SPAWN_RUN: &str = "SELECT run_id, created, same_request
-       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)";
-/// `$1` run id, `$2` state.
-pub const SET_RUN_STATE: &str = "SELECT rendezvous.set_run_state($1::int8, $2::text)";
-/// `$1` age in seconds.
-pub const PURGE_RUNS: &str = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))";
+/// One statement the client sends, with the shape the client code expects of it.
+#[derive(Debug)]
+pub struct Statement {
+    /// The constant's name.
+    pub name: &'static str,
+    /// The SQL text.
+    pub sql: &'static str,
+    /// The parameter types (`$1`, `$2`, …) as the server infers them.
+    pub params: &'static [Type],
+    /// The result columns, in order: name and type.
+    pub columns: &'static [(&'static str, Type)],
+}
 
-/// Claim: `$1` group, `$2` candidate, `$3` wait.
-pub const TRY_LEAD: &str =
-    "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)";
-/// Claim (never waiting) plus the backend pid, to notice a pooler swapping sessions.
-pub const TRY_LEAD_CHECKED: &str = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
-       FROM rendezvous.try_lead($1::text, $2::text) t";
-/// Listens for leader locks given back (payload: the group); the extension announces there.
-pub const LISTEN_LEADERS: &str = "LISTEN rendezvous_leader";
-/// The session's backend pid.
-pub const BACKEND_PID: &str = "SELECT pg_catalog.pg_backend_pid()";
-/// Resign: `$1` group.
-pub const RESIGN: &str = "SELECT rendezvous.resign($1::text)";
-/// Current leader: `$1` group.
-pub const LEADER: &str = "SELECT leader, epoch, pid FROM rendezvous.leader($1::text)";
-/// Fencing check: `$1` group, `$2` epoch.
-pub const ASSERT_LEADER: &str = "SELECT rendezvous.assert_leader($1::text, $2::int8)";
+/// Declares each statement as a `pub const NAME: &str`, and all of them with their expected
+/// parameter and column types in [`STATEMENTS`].
+macro_rules! statements {
+    ($(
+        $(#[$attr:meta])*
+        $name:ident = $sql:literal
+            ($($param:ident),*) -> ($($column:literal: $ty:ident),*);
+    )*) => {
+        $(
+            $(#[$attr])*
+            pub const $name: &str = $sql;
+        )*
 
-/// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
-pub const CLAIM_FIRING: &str = "SELECT claimed, holder, token, completed, lease_until
-       FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))";
-/// Claim many: `$1` tasks, `$2` fire_ats, `$3` host, `$4` lease in seconds.
-pub const CLAIM_FIRINGS: &str = "SELECT ord, claimed, holder, token, completed, lease_until
-       FROM rendezvous.claim_firings($1::text[], $2::timestamptz[], $3::text, pg_catalog.make_interval(secs => $4::float8))";
-/// Complete many: `$1` tasks, `$2` fire_ats, `$3` tokens.
-pub const COMPLETE_FIRINGS: &str =
-    "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])";
-/// `$1` task, `$2` fire_at, `$3` token.
-pub const COMPLETE_FIRING: &str = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)";
-/// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.
-pub const RENEW_FIRING: &str = "SELECT rendezvous.renew_firing($1::text, $2::timestamptz, $3::int8, pg_catalog.make_interval(secs => $4::float8))";
-/// `$1` task, `$2` fire_at, `$3` token.
-pub const RELEASE_FIRING: &str = "SELECT rendezvous.release_firing($1::text, $2::timestamptz, $3::int8)";
-/// `$1` task, `$2` fire_at, `$3` token.
-pub const ASSERT_FIRING: &str = "SELECT rendezvous.assert_firing($1::text, $2::timestamptz, $3::int8)";
-/// Status of many firings at once (a read, not a claim): `$1` tasks, `$2` fire_ats; per input,
-/// whether it was ever claimed, whether it is done, and its remaining lease in seconds.
-pub const FIRING_STATUS: &str = "SELECT s.claimed, s.completed, extract(epoch FROM s.lease_remaining)::float8
-       FROM rendezvous.firing_states($1::text[], $2::timestamptz[]) s ORDER BY s.ord";
+        /// Every statement above with its expected parameter and result types.
+        pub const STATEMENTS: &[Statement] = &[$(
+            Statement {
+                name: stringify!($name),
+                sql: $name,
+                params: &[$(Type::$param),*],
+                columns: &[$(($column, Type::$ty)),*],
+            },
+        )*];
+    };
+}
 
-/// The `rendezvous.*` functions this client calls, for the contract test.
-pub const FUNCTIONS: &[&str] = &[
-    "hrw_algorithm",
-    "heartbeat",
-    "leave",
-    "live_hosts",
-    "live_members",
-    "winner",
-    "ranked",
-    "spawn_run",
-    "set_run_state",
-    "purge_runs",
-    "try_lead",
-    "resign",
-    "leader",
-    "assert_leader",
-    "firing_key",
-    "claim_firing",
-    "claim_firings",
-    "complete_firings",
-    "complete_firing",
-    "renew_firing",
-    "release_firing",
-    "assert_firing",
-    "firing_states",
-];
+statements! {
+    /// Installed extension version (no row: not installed).
+    EXTENSION_VERSION = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'"
+        () -> ("extversion": TEXT);
+    /// The server's HRW algorithm name.
+    HRW_ALGORITHM = "SELECT rendezvous.hrw_algorithm()"
+        () -> ("hrw_algorithm": TEXT);
+    /// A cheap probe: is the session's transaction still usable?
+    PROBE = "SELECT 1"
+        () -> ("?column?": INT4);
+    /// The database clock.
+    CLOCK = "SELECT pg_catalog.clock_timestamp()"
+        () -> ("clock_timestamp": TIMESTAMPTZ);
+
+    /// Heartbeat: `$1` host id, `$2` weight.
+    HEARTBEAT = "SELECT rendezvous.heartbeat($1, $2)"
+        (TEXT, FLOAT8) -> ("heartbeat": TIMESTAMPTZ);
+    /// Leave: `$1` host id.
+    LEAVE = "SELECT rendezvous.leave($1)"
+        (TEXT) -> ("leave": BOOL);
+    /// Live host ids: `$1` staleness in seconds.
+    LIVE_HOSTS = "SELECT rendezvous.live_hosts(pg_catalog.make_interval(secs => $1::float8))"
+        (FLOAT8) -> ("live_hosts": TEXT_ARRAY);
+    /// Live hosts with weights: `$1` staleness in seconds.
+    LIVE_MEMBERS = "SELECT host_id, weight FROM rendezvous.live_members(pg_catalog.make_interval(secs => $1::float8))"
+        (FLOAT8) -> ("host_id": TEXT, "weight": FLOAT8);
+    /// Server-side winner over the live set: `$1` key.
+    WINNER_LIVE = "SELECT rendezvous.winner($1::text)"
+        (TEXT) -> ("winner": TEXT);
+    /// Server-side winner over given hosts: `$1` key, `$2` hosts.
+    WINNER = "SELECT rendezvous.winner($1::text, $2::text[])"
+        (TEXT, TEXT_ARRAY) -> ("winner": TEXT);
+    /// Server-side ranking over given hosts: `$1` key, `$2` hosts, `$3` k.
+    RANKED = "SELECT rendezvous.ranked($1::text, $2::text[], $3::int4)"
+        (TEXT, TEXT_ARRAY, INT4) -> ("ranked": TEXT_ARRAY);
+
+    /// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
+    SPAWN_RUN = "SELECT run_id, created, same_request
+       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)"
+        (TEXT, TEXT, JSONB, TEXT) -> ("run_id": INT8, "created": BOOL, "same_request": BOOL);
+    /// `$1` run id, `$2` state.
+    SET_RUN_STATE = "SELECT rendezvous.set_run_state($1::int8, $2::text)"
+        (INT8, TEXT) -> ("set_run_state": BOOL);
+    /// `$1` age in seconds.
+    PURGE_RUNS = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))"
+        (FLOAT8) -> ("purge_runs": INT8);
+
+    /// Claim: `$1` group, `$2` candidate, `$3` wait.
+    TRY_LEAD = "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)"
+        (TEXT, TEXT, BOOL) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8);
+    /// Claim (never waiting) plus the backend pid, to notice a pooler swapping sessions.
+    TRY_LEAD_CHECKED = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
+       FROM rendezvous.try_lead($1::text, $2::text) t"
+        (TEXT, TEXT) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
+    /// Listens for leader locks given back (payload: the group); the extension announces there.
+    LISTEN_LEADERS = "LISTEN rendezvous_leader"
+        () -> ();
+    /// The session's backend pid.
+    BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"
+        () -> ("pg_backend_pid": INT4);
+    /// Resign: `$1` group.
+    RESIGN = "SELECT rendezvous.resign($1::text)"
+        (TEXT) -> ("resign": BOOL);
+    /// Current leader: `$1` group.
+    LEADER = "SELECT leader, epoch, pid FROM rendezvous.leader($1::text)"
+        (TEXT) -> ("leader": TEXT, "epoch": INT8, "pid": INT4);
+    /// Fencing check: `$1` group, `$2` epoch.
+    ASSERT_LEADER = "SELECT rendezvous.assert_leader($1::text, $2::int8)"
+        (TEXT, INT8) -> ("assert_leader": VOID);
+
+    /// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
+    CLAIM_FIRING = "SELECT claimed, holder, token, completed, lease_until
+       FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))"
+        (TEXT, TIMESTAMPTZ, TEXT, FLOAT8)
+        -> ("claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL, "lease_until": TIMESTAMPTZ);
+    /// Claim many: `$1` tasks, `$2` fire_ats, `$3` host, `$4` lease in seconds.
+    CLAIM_FIRINGS = "SELECT ord, claimed, holder, token, completed, lease_until
+       FROM rendezvous.claim_firings($1::text[], $2::timestamptz[], $3::text, pg_catalog.make_interval(secs => $4::float8))"
+        (TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT, FLOAT8)
+        -> ("ord": INT4, "claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL,
+            "lease_until": TIMESTAMPTZ);
+    /// Complete many: `$1` tasks, `$2` fire_ats, `$3` tokens.
+    COMPLETE_FIRINGS =
+        "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])"
+        (TEXT_ARRAY, TIMESTAMPTZ_ARRAY, INT8_ARRAY) -> ("ord": INT4, "completed": BOOL);
+    /// `$1` task, `$2` fire_at, `$3` token.
+    COMPLETE_FIRING = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)"
+        (TEXT, TIMESTAMPTZ, INT8) -> ("complete_firing": BOOL);
+    /// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.
+    RENEW_FIRING = "SELECT rendezvous.renew_firing($1::text, $2::timestamptz, $3::int8, pg_catalog.make_interval(secs => $4::float8))"
+        (TEXT, TIMESTAMPTZ, INT8, FLOAT8) -> ("renew_firing": TIMESTAMPTZ);
+    /// `$1` task, `$2` fire_at, `$3` token.
+    RELEASE_FIRING = "SELECT rendezvous.release_firing($1::text, $2::timestamptz, $3::int8)"
+        (TEXT, TIMESTAMPTZ, INT8) -> ("release_firing": BOOL);
+    /// `$1` task, `$2` fire_at, `$3` token.
+    ASSERT_FIRING = "SELECT rendezvous.assert_firing($1::text, $2::timestamptz, $3::int8)"
+        (TEXT, TIMESTAMPTZ, INT8) -> ("assert_firing": VOID);
+    /// Status of many firings at once (a read, not a claim): `$1` tasks, `$2` fire_ats; per
+    /// input, whether it was ever claimed, whether it is done, and its remaining lease in seconds.
+    FIRING_STATUS = "SELECT s.claimed, s.completed, extract(epoch FROM s.lease_remaining)::float8 AS lease_remaining
+       FROM rendezvous.firing_states($1::text[], $2::timestamptz[]) s ORDER BY s.ord"
+        (TEXT_ARRAY, TIMESTAMPTZ_ARRAY) -> ("claimed": BOOL, "completed": BOOL, "lease_remaining": FLOAT8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_listed_once_and_numbered_parameters_match() {
+        let mut names: Vec<&str> = STATEMENTS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), STATEMENTS.len());
+        for s in STATEMENTS {
+            // Every declared parameter is used, and none beyond them.
+            for n in 1..=s.params.len() {
+                assert!(s.sql.contains(&format!("${n}")), "{}: ${n} unused", s.name);
+            }
+            assert!(!s.sql.contains(&format!("${}", s.params.len() + 1)), "{}: undeclared parameter", s.name);
+        }
+    }
+
+    /// The contract test covers what is in [`STATEMENTS`]: SQL written anywhere else in the
+    /// client would escape it. Doc comments (examples) and the tests' own SQL are fine.
+    #[test]
+    fn the_client_sends_no_sql_but_these() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for entry in std::fs::read_dir(&src).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            let is_sql_file = path.file_name().unwrap() == "sql.rs";
+            for (n, line) in code.lines().enumerate() {
+                let line = line.trim_start();
+                if line.starts_with("//") {
+                    continue;
+                }
+                if is_sql_file {
+                    assert!(
+                        !line.starts_with("pub const")
+                            || line.starts_with("pub const $name: &str")
+                            || line.starts_with("pub const STATEMENTS"),
+                        "sql.rs:{}: declare statements inside statements! {{}}",
+                        n + 1
+                    );
+                    continue;
+                }
+                for verb in
+                    ["\"SELECT ", "\"LISTEN ", "\"INSERT ", "\"UPDATE ", "\"DELETE ", "\"WITH ", "\"SET "]
+                {
+                    assert!(!line.contains(verb), "{}:{}: SQL outside sql.rs: {line}", path.display(), n + 1);
+                }
+            }
+        }
+    }
+}

@@ -33,7 +33,7 @@ async fn client_and_sql_agree_on_firing_keys() {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(f.key(), sql, "{f:?}");
+        assert_eq!(f.key().unwrap(), sql, "{f:?}");
     }
 }
 
@@ -88,13 +88,11 @@ async fn divergent_views_and_skewed_clocks_still_execute_every_firing_exactly_on
                 now - Duration::from_secs((-skew) as u64)
             }
         }));
-        let options = DispatcherOptions {
-            grace: Duration::from_millis(20),
-            lease: Duration::from_secs(30),
-            poll: Duration::from_millis(50),
-            clock,
-            ..DispatcherOptions::default()
-        };
+        let options = DispatcherOptions::default()
+            .with_grace(Duration::from_millis(20))
+            .with_lease(Duration::from_secs(30))
+            .with_poll(Duration::from_millis(50))
+            .with_clock(clock);
         let dispatcher = Dispatcher::connect(&db.url, host, options).await.unwrap();
         let view = HostSet::new(views[i].iter());
         let (due, executions) = (due.clone(), executions.clone());
@@ -148,13 +146,11 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
     let slow = Dispatcher::connect(
         &db.url,
         "slow-host",
-        DispatcherOptions {
-            lease: Duration::from_millis(300),
-            renew_every: Some(Duration::from_secs(60)),
-            poll: Duration::from_millis(50),
-            grace: Duration::ZERO,
-            ..DispatcherOptions::default()
-        },
+        DispatcherOptions::default()
+            .with_lease(Duration::from_millis(300))
+            .with_renew_every(Some(Duration::from_secs(60)))
+            .with_poll(Duration::from_millis(50))
+            .with_grace(Duration::ZERO),
     )
     .await
     .unwrap();
@@ -196,12 +192,10 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
     let other = Dispatcher::connect(
         &db.url,
         "other-host",
-        DispatcherOptions {
-            lease: Duration::from_secs(30),
-            poll: Duration::from_millis(50),
-            grace: Duration::ZERO,
-            ..DispatcherOptions::default()
-        },
+        DispatcherOptions::default()
+            .with_lease(Duration::from_secs(30))
+            .with_poll(Duration::from_millis(50))
+            .with_grace(Duration::ZERO),
     )
     .await
     .unwrap();
@@ -344,12 +338,10 @@ async fn hosts_killed_mid_firing_lose_nothing_and_repeat_only_after_the_lease() 
 async fn lease_renewals_do_not_stall_a_fenced_write_in_progress() {
     let db = TestDb::new("fire_renew").await;
     let firing = Firing::new("long-write", SystemTime::now() - Duration::from_secs(1));
-    let options = DispatcherOptions {
-        lease: Duration::from_secs(5),
-        renew_every: Some(Duration::from_millis(50)),
-        poll: Duration::from_millis(50),
-        ..DispatcherOptions::default()
-    };
+    let options = DispatcherOptions::default()
+        .with_lease(Duration::from_secs(5))
+        .with_renew_every(Some(Duration::from_millis(50)))
+        .with_poll(Duration::from_millis(50));
     let dispatcher = Dispatcher::connect(&db.url, "h", options).await.unwrap();
     let writer = Arc::new(tokio::sync::Mutex::new(db.connect().await));
     let due = vec![firing.clone()];

@@ -139,34 +139,3 @@ async fn missing_extension_says_what_to_run() {
     let err = rendezvous_client::membership::heartbeat(&client, "h1", 1.0).await.unwrap_err();
     assert!(matches!(err, Error::ExtensionMissing), "{err:?}");
 }
-
-#[tokio::test(flavor = "multi_thread")]
-async fn every_function_the_client_calls_exists() {
-    let db = TestDb::new("contract").await;
-    let client = db.connect().await;
-    for name in sql::FUNCTIONS {
-        let n: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-                  WHERE n.nspname = 'rendezvous' AND p.proname = $1",
-                &[name],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert!(n > 0, "rendezvous.{name} is missing from the extension");
-    }
-    // Nothing of ours lands in public.
-    let public: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
-               JOIN pg_proc p ON p.oid = d.objid
-               JOIN pg_namespace n ON n.oid = p.pronamespace
-              WHERE e.extname = 'pg_rendezvous' AND n.nspname <> 'rendezvous'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(public, 0);
-}

@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 use tokio_postgres::error::SqlState;
 
 fn fast() -> LeaderOptions {
-    LeaderOptions { refresh: Duration::from_millis(200), lease: None }
+    LeaderOptions::default().with_refresh(Duration::from_millis(200)).with_lease(None)
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
@@ -391,7 +391,7 @@ async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announce
     let a = start(&db.url, "g", "a").await;
     wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
     // b's own tick is a minute away: only the leader's announcement can make it take over soon.
-    let slow = LeaderOptions { refresh: Duration::from_secs(60), lease: None };
+    let slow = LeaderOptions::default().with_refresh(Duration::from_secs(60)).with_lease(None);
     let b = LeaderElector::start(&db.url, "g", "b", slow).await.unwrap();
     wait_until_follower_listens(&admin, "g").await;
     let b_pid = following_sessions(&admin, "g").await[0];

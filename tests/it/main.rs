@@ -1,5 +1,6 @@
 //! Integration tests against a real cluster, through the client. Run by scripts/test.sh.
 mod admission;
+mod contract;
 mod durability;
 mod firing;
 mod hrw;

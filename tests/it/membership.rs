@@ -6,7 +6,7 @@ use rendezvous_client::{Membership, MembershipOptions};
 use rendezvous_tests::TestDb;
 
 fn fast() -> MembershipOptions {
-    MembershipOptions { interval: Duration::from_millis(100), ..MembershipOptions::default() }
+    MembershipOptions::default().with_interval(Duration::from_millis(100))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -101,9 +101,9 @@ async fn heartbeat_survives_a_terminated_backend() {
 async fn bad_membership_arguments_fail_before_the_database() {
     let db = TestDb::new("badmember").await;
     assert!(Membership::start(&db.url, "", fast()).await.is_err());
-    let zero = MembershipOptions { interval: Duration::ZERO, ..fast() };
+    let zero = fast().with_interval(Duration::ZERO);
     assert!(Membership::start(&db.url, "h", zero).await.is_err());
-    let nan = MembershipOptions { weight: f64::NAN, ..fast() };
+    let nan = fast().with_weight(f64::NAN);
     let err = Membership::start(&db.url, "h", nan).await.err().unwrap();
     assert_eq!(err.sqlstate(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE));
 }

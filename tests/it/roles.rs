@@ -44,7 +44,7 @@ async fn a_host_role_does_everything_the_client_does_and_nothing_else() {
     assert!(first.created && !again.created && first.run_id == again.run_id);
 
     // Leadership and fencing.
-    let options = LeaderOptions { refresh: Duration::from_millis(200), lease: None };
+    let options = LeaderOptions::default().with_refresh(Duration::from_millis(200)).with_lease(None);
     let elector = LeaderElector::start(&url, "g", "h1", options).await.unwrap();
     let start = std::time::Instant::now();
     while !elector.is_leader() {
@@ -55,13 +55,10 @@ async fn a_host_role_does_everything_the_client_does_and_nothing_else() {
     elector.shutdown().await.unwrap();
 
     // Firings: claims, completions, and the status reads of non-first ranks.
-    let dispatcher = Dispatcher::connect(
-        &url,
-        "h1",
-        DispatcherOptions { grace: Duration::from_millis(20), ..DispatcherOptions::default() },
-    )
-    .await
-    .unwrap();
+    let dispatcher =
+        Dispatcher::connect(&url, "h1", DispatcherOptions::default().with_grace(Duration::from_millis(20)))
+            .await
+            .unwrap();
     let due: Vec<Firing> =
         (0..20).map(|i| Firing::new(format!("t{i}"), SystemTime::now() - Duration::from_secs(1))).collect();
     let report = dispatcher.dispatch(&due, &HostSet::new(["h1", "h2"]), |_| async { Ok(()) }).await.unwrap();

@@ -22,14 +22,13 @@ async fn main() {
     let due: Vec<Firing> =
         (0..n.parse::<usize>().unwrap()).map(|i| Firing::new(format!("task-{i}"), fire_at)).collect();
     let view = HostSet::new(hosts.split(','));
-    let options = DispatcherOptions {
-        grace: Duration::from_millis(50),
-        lease: Duration::from_millis(lease_ms.parse().unwrap()),
-        renew_every: None,
-        poll: Duration::from_millis(100),
-        max_in_flight: 16,
-        clock: Clock::Database,
-    };
+    let options = DispatcherOptions::default()
+        .with_grace(Duration::from_millis(50))
+        .with_lease(Duration::from_millis(lease_ms.parse().unwrap()))
+        .with_renew_every(None)
+        .with_poll(Duration::from_millis(100))
+        .with_max_in_flight(16)
+        .with_clock(Clock::Database);
     let dispatcher = Dispatcher::connect(url, host, options).await.expect("connect");
     let work_for = Duration::from_millis(work_ms.parse().unwrap());
     let (effects, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();

@@ -15,7 +15,9 @@ async fn main() {
         eprintln!("usage: elector <database-url> <group> <candidate> <refresh-ms>");
         std::process::exit(2);
     };
-    let options = LeaderOptions { refresh: Duration::from_millis(refresh_ms.parse().unwrap()), lease: None };
+    let options = LeaderOptions::default()
+        .with_refresh(Duration::from_millis(refresh_ms.parse().unwrap()))
+        .with_lease(None);
     let elector = LeaderElector::start(url, group, candidate, options).await.expect("start elector");
     let mut changes = elector.changes();
     let mut stdin = tokio::io::stdin();
