@@ -37,11 +37,23 @@ main() {
     chown postgres: "$pgrx_data"
     runas=(--runas postgres)
   fi
+  # `cargo pgrx test` installs its test build with `cp`, which rewrites an existing file in
+  # place: a server that has pg_rendezvous.so loaded would crash (SIGBUS). Unlink it first, so
+  # cp writes a new file and running servers keep the one they mapped.
+  as_root rm -f "$("$PG_CONFIG" --pkglibdir)/pg_rendezvous.so"
   (cd extension && cargo pgrx test pg15 "${runas[@]}" --pgdata "$pgrx_data/data")
   rm -rf "$pgrx_data"
 
-  # `cargo pgrx test` installed its test build; install the real one after it.
+  # `cargo pgrx test` installed its test build; install the real one after it, by rename: the
+  # library file is a new one (another inode), never the old one rewritten.
+  local library before
+  library="$("$PG_CONFIG" --pkglibdir)/pg_rendezvous.so"
+  before=$(stat -c %i "$library")
   install_extension dev
+  if [ "$(stat -c %i "$library")" = "$before" ]; then
+    echo "scripts/install.sh rewrote pg_rendezvous.so in place: it must write a new file and rename it" >&2
+    exit 1
+  fi
 
   # Built before the cluster starts; this also builds the rendezvous command.
   log "building the rendezvous command, the integration tests and the fleet test"

@@ -254,7 +254,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
 async fn progress(admin: &Client, tag: &str, group: &str, hosts: &[Host], due: i64, report: &Report) {
     let done: i64 = admin
         .query_one(
-            "SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
+            "SELECT count(*) FROM rendezvous.status_firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
             &[&format!("{tag}-%")],
         )
         .await
@@ -359,7 +359,7 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
         admin.query_one(sql, &[&p]).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string())
     };
     r.completed = q(
-        "SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
+        "SELECT count(*) FROM rendezvous.status_firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
         like.clone(),
     )
     .await?;
@@ -374,11 +374,11 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
         tag.to_owned(),
     )
     .await?;
-    r.runs = q("SELECT count(*) FROM rendezvous.runs WHERE tenant_id = $1", tag.to_owned()).await?;
+    r.runs = q("SELECT count(*) FROM rendezvous.status_runs WHERE tenant_id = $1", tag.to_owned()).await?;
     r.deduplicated =
         q("SELECT count(*) FROM fleet_admissions WHERE tag = $1 AND NOT created", tag.to_owned()).await?;
     r.keys_with_two_runs = q(
-        "SELECT count(*) FROM (SELECT dispatch_key FROM rendezvous.runs WHERE tenant_id = $1 GROUP BY 1 HAVING count(*) > 1) x",
+        "SELECT count(*) FROM (SELECT dispatch_key FROM rendezvous.status_runs WHERE tenant_id = $1 GROUP BY 1 HAVING count(*) > 1) x",
         tag.to_owned(),
     )
     .await?;
@@ -387,9 +387,11 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
         tag.to_owned(),
     )
     .await?;
-    r.leader_terms =
-        q("SELECT coalesce(max(epoch), 0) FROM rendezvous.leaders WHERE group_name = $1", group.to_owned())
-            .await?;
+    r.leader_terms = q(
+        "SELECT coalesce(max(epoch), 0) FROM rendezvous.status_leaders WHERE group_name = $1",
+        group.to_owned(),
+    )
+    .await?;
     Ok(())
 }
 
