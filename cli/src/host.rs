@@ -265,7 +265,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     Ok(())
 }
 
-/// The leader-only surface (the autonomous heartbeat prompt of seed 002), fenced by the epoch:
+/// The leader-only surface (an autonomous heartbeat prompt, say), fenced by the epoch:
 /// a deposed leader's action is refused and written nowhere.
 async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epoch: i64) {
     let Ok(tx) = client.transaction().await else { return };
@@ -286,7 +286,7 @@ async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epo
 async fn all_completed(reader: &tokio_postgres::Client, plan: &HostPlan, total: usize) -> bool {
     reader
         .query_one(
-            "SELECT count(*) FROM rendezvous.firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
+            "SELECT count(*) FROM rendezvous.status_firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
             &[&format!("{}-task-%", plan.tag)],
         )
         .await

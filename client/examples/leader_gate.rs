@@ -1,5 +1,5 @@
-//! One leader per shared agent key: the three suppression surfaces of seed 002 (dispatching
-//! pending work, the 👀 reaction, the autonomous heartbeat prompt) gated on `is_leader()`,
+//! One leader per shared agent key: the three things only a leader may do (dispatch pending
+//! work, react to a message, run the autonomous heartbeat prompt) gated on `is_leader()`,
 //! and a leader-only write fenced by its epoch with `assert_leader` in the same transaction.
 //!
 //! Run two or more at once against one database, and kill one:

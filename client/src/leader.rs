@@ -11,12 +11,11 @@
 //! **Fail-closed.** `is_leader()` is true only while the leader's last confirmation is
 //! younger than the lease (default 2 × refresh): a leader that cannot reach the database,
 //! whose tick fails or times out, or whose connection breaks stops being leader at once,
-//! and says why. (Seed 002's flock design failed open to leader; with the database
-//! unreachable a host cannot dispatch anyway, and failing open is how duplicate responders
-//! happen.) The server releases the lock when it sees the session end: at once for a killed
+//! and says why. (A lock-file design that fails open to leader is how duplicate responders
+//! happen; with the database unreachable a host cannot dispatch anyway.) The server releases the lock when it sees the session end: at once for a killed
 //! process or a terminated backend; for a silently dead network path, only after TCP
 //! keepalives give up, so set `keepalives_idle` in the URL and `tcp_keepalives_*` /
-//! `client_connection_check_interval` on the server (see the README). Until then the group
+//! `client_connection_check_interval` on the server (see docs/operations.md). Until then the group
 //! is leaderless, never double-led: the lease has already ended the old leader's term locally.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -94,7 +93,7 @@ pub async fn assert_leader(client: &impl GenericClient, group: &str, epoch: i64)
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LeaderOptions {
-    /// How often the leader confirms its lock and session. Default 5 s (seed 002's tick).
+    /// How often the leader confirms its lock and session. Default 5 s.
     pub refresh: Duration,
     /// How long a confirmation keeps `is_leader()` true. Default 2 × `refresh`.
     pub lease: Option<Duration>,

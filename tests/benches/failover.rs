@@ -101,7 +101,7 @@ async fn main() {
         ms(pct(0.99)),
         ms(*samples.last().unwrap())
     );
-    println!("| seed 002 flock + pid, 5 s tick, 2x staleness (bound) | up to 10 s | | |");
+    println!("| lock file with pid, 5 s tick, 2x staleness (bound) | up to 10 s | | |");
     println!("| River leader table (TTL, bound) | up to 15 s | | |");
     println!("| client-go leaderelection (15 s lease, bound) | up to 15 s | | |");
     println!("| pglock (20 s lease, bound) | up to 20 s | | |");

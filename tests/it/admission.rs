@@ -1,4 +1,4 @@
-//! Idempotent spawn admission through the client (seed 003's integration steps and more).
+//! Idempotent spawn admission through the client: a key's life from first spawn to redelivery, and more.
 use std::sync::Arc;
 
 use rendezvous_client::{admission, spawn_run, Admission};
@@ -52,7 +52,7 @@ async fn concurrent_spawns(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn seed_003_integration_steps() {
+async fn a_dispatch_key_admits_one_run_and_no_key_admits_every_call() {
     let db = TestDb::new("adm_seed").await;
     let client = db.connect().await;
     // 1. Spawn with K: one run R.

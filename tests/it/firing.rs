@@ -63,7 +63,7 @@ async fn twenty_concurrent_claimers_one_wins() {
     }
 }
 
-/// The test seed 000 could not pass: hosts with deliberately different views of the live set
+/// Split brain on the hosts' side: hosts with deliberately different views of the live set
 /// and local clocks minutes apart all dispatch the same firings at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn divergent_views_and_skewed_clocks_still_execute_every_firing_exactly_once() {
