@@ -51,7 +51,7 @@ fn leaders_table_oid() -> u32 {
 }
 
 /// The lock tag of a group's lock in the current database (see the module comment).
-fn lock_tag(lock_id: i32) -> pg_sys::LOCKTAG {
+pub(crate) fn lock_tag(lock_id: i32) -> pg_sys::LOCKTAG {
     pg_sys::LOCKTAG {
         // SAFETY: MyDatabaseId is set for the life of a backend connected to a database.
         locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
@@ -127,7 +127,7 @@ unsafe extern "C-unwind" fn announce_departure(_code: c_int, _arg: pg_sys::Datum
     }
 }
 
-fn held_by_me(tag: &pg_sys::LOCKTAG) -> bool {
+pub(crate) fn held_by_me(tag: &pg_sys::LOCKTAG) -> bool {
     // SAFETY: a valid lock tag; LockHeldByMe only reads this backend's local lock table.
     unsafe { pg_sys::LockHeldByMe(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) }
 }

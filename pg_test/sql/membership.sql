@@ -5,6 +5,9 @@ CREATE ROLE rendezvous_regress_host LOGIN;
 GRANT rendezvous_host TO rendezvous_regress_host;
 SET ROLE rendezvous_regress_host;
 
+-- Nobody live yet: no winner, an empty ranking.
+SELECT rendezvous.winner('k') IS NULL AS no_winner, cardinality(rendezvous.ranked('k', 3)) AS ranked;
+
 SELECT rendezvous.heartbeat('host-a') <= clock_timestamp() AS stamped_by_db;
 SELECT rendezvous.heartbeat('host-b', 2) IS NOT NULL AS ok;
 SELECT rendezvous.heartbeat('host-c') IS NOT NULL AS ok;

@@ -27,6 +27,21 @@ async fn start(url: &str, group: &str, candidate: &str) -> LeaderElector {
     LeaderElector::start(url, group, candidate, fast()).await.unwrap()
 }
 
+/// An elector whose own tick is a minute away: if it takes over within seconds, the leader's
+/// announcement woke it, not its polling.
+async fn start_slow(url: &str, group: &str, candidate: &str) -> LeaderElector {
+    let slow = LeaderOptions::default().with_refresh(Duration::from_secs(60)).with_lease(None);
+    LeaderElector::start(url, group, candidate, slow).await.unwrap()
+}
+
+/// Waits until `elector` follows `leader` (it claimed and was told who leads).
+async fn wait_until_follows(elector: &LeaderElector, leader: &str) {
+    wait_until(&format!("{} to follow {leader}", elector.candidate()), Duration::from_secs(10), || {
+        !elector.is_leader() && elector.leadership().leader.as_deref() == Some(leader)
+    })
+    .await;
+}
+
 /// Backends holding the leader lock of `group` (`rendezvous.leader_locks`, from pg_locks).
 async fn lock_holders(client: &tokio_postgres::Client, group: &str) -> i64 {
     client
@@ -40,14 +55,13 @@ async fn lock_holders(client: &tokio_postgres::Client, group: &str) -> i64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn two_electors_one_leads_and_graceful_shutdown_hands_over_at_once() {
+async fn two_electors_one_leads_and_graceful_shutdown_hands_over_on_the_announcement() {
     let db = TestDb::new("lead_two").await;
-    let a = start(&db.url, "agent-key", "a").await;
-    let b = start(&db.url, "agent-key", "b").await;
-    wait_until("a leader", Duration::from_secs(5), || a.is_leader() || b.is_leader()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(a.is_leader() ^ b.is_leader(), "exactly one leads");
-    let (leader, follower) = if a.is_leader() { (a, b) } else { (b, a) };
+    let leader = start(&db.url, "agent-key", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || leader.is_leader()).await;
+    let follower = start_slow(&db.url, "agent-key", "b").await;
+    wait_until_follows(&follower, "a").await;
+    assert!(leader.is_leader(), "exactly one leads");
     let epoch = leader.epoch().unwrap();
     assert_eq!(follower.epoch(), None);
     let client = db.connect().await;
@@ -55,9 +69,9 @@ async fn two_electors_one_leads_and_graceful_shutdown_hands_over_at_once() {
     assert_eq!(now.leader.as_deref(), Some(leader.candidate()));
     assert_eq!(now.epoch, epoch);
 
+    // a resigns as it shuts down; b hears it and takes over, long before its own tick.
     leader.shutdown().await.unwrap();
-    let took = wait_until("the follower to take over", Duration::from_secs(2), || follower.is_leader()).await;
-    assert!(took < Duration::from_millis(500), "handover took {took:?}, not at once");
+    wait_until("the follower to take over", Duration::from_secs(10), || follower.is_leader()).await;
     assert_eq!(follower.epoch(), Some(epoch + 1));
     follower.shutdown().await.unwrap();
     assert_eq!(leader::leader(&client, "agent-key").await.unwrap().leader, None);
@@ -72,9 +86,10 @@ struct Process {
 }
 
 impl Process {
-    fn spawn(url: &str, group: &str, candidate: &str) -> Process {
+    /// A candidate refreshing every `refresh_ms`.
+    fn spawn(url: &str, group: &str, candidate: &str, refresh_ms: u64) -> Process {
         let mut child = Command::new(env!("CARGO_BIN_EXE_elector"))
-            .args([url, group, candidate, "200"])
+            .args([url, group, candidate, &refresh_ms.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -110,22 +125,21 @@ impl Process {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sigkill_of_the_leader_process_fails_over_fast() {
+async fn sigkill_of_the_leader_process_hands_over_on_its_sessions_announcement() {
     let db = TestDb::new("lead_kill").await;
     let client = db.connect().await;
-    let mut first = Process::spawn(&db.url, "shared-agent", "p1");
+    let mut first = Process::spawn(&db.url, "shared-agent", "p1", 200);
     let epoch = first.wait_leader(Duration::from_secs(10)).await.expect("p1 leads");
-    let mut second = Process::spawn(&db.url, "shared-agent", "p2");
-    // p2 is a follower waiting on the lock.
+    // p2 follows, listening; its own tick is a minute away.
+    let mut second = Process::spawn(&db.url, "shared-agent", "p2", 60_000);
     wait_until_follower_listens(&client, "shared-agent").await;
     assert_eq!(second.wait_leader(Duration::from_millis(300)).await, None);
 
-    let killed = Instant::now();
+    // p1's session ends with its process; the session announces it; p2 takes over at once
+    // (how fast is a benchmark's business: scripts/bench.sh failover).
     first.sigkill();
-    let new_epoch = second.wait_leader(Duration::from_secs(5)).await.expect("p2 takes over");
-    let took = killed.elapsed();
+    let new_epoch = second.wait_leader(Duration::from_secs(10)).await.expect("p2 takes over");
     assert_eq!(new_epoch, epoch + 1);
-    assert!(took < Duration::from_secs(2), "failover took {took:?}");
     let now = leader::leader(&client, "shared-agent").await.unwrap();
     assert_eq!((now.leader.as_deref(), now.epoch), (Some("p2"), epoch + 1));
     drop(second.child.stdin.take()); // graceful: resigns
@@ -203,14 +217,14 @@ async fn server_restart_elects_one_leader_again_with_a_higher_epoch() {
     let a = start(&cluster.url(), "g", "a").await;
     wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
     let b = start(&cluster.url(), "g", "b").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until_follows(&b, "a").await;
     let before = a.epoch().unwrap();
-    assert!(!b.is_leader());
 
     cluster.restart().unwrap();
     wait_until("a leader after the restart", Duration::from_secs(20), || a.is_leader() || b.is_leader())
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (leader, other) = if a.is_leader() { (&a, &b) } else { (&b, &a) };
+    wait_until_follows(other, leader.candidate()).await;
     assert!(a.is_leader() ^ b.is_leader(), "exactly one leads after the restart");
     let after = a.epoch().or(b.epoch()).unwrap();
     assert!(after > before, "epoch {after} after the restart is not above {before}");
@@ -284,8 +298,25 @@ async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
         .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader fence a'", &[])
         .await
         .unwrap();
-    // b has the lock but cannot open its epoch while the fenced write is open.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // b has the lock but cannot open its epoch while the fenced write is open: its epoch bump
+    // waits for the write's row lock.
+    let start = Instant::now();
+    loop {
+        let waiting: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_catalog.pg_stat_activity
+                  WHERE application_name = 'rendezvous leader fence b' AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "b never waited for the fenced write");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(!b.is_leader(), "the new epoch must wait for the in-flight fenced write");
     tx.commit().await.unwrap();
     wait_until("b leads", Duration::from_secs(2), || b.is_leader()).await;

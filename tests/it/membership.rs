@@ -9,6 +9,19 @@ fn fast() -> MembershipOptions {
     MembershipOptions::default().with_interval(Duration::from_millis(100))
 }
 
+/// Polls `cond` until it holds, failing after `timeout`.
+async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while !cond().await {
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn members_heartbeat_and_shutdown_leaves_at_once() {
     let db = TestDb::new("members").await;
@@ -17,9 +30,10 @@ async fn members_heartbeat_and_shutdown_leaves_at_once() {
     for h in ["alpha", "bravo", "charlie"] {
         members.push(Membership::start(&db.url, h, fast()).await.unwrap());
     }
-    tokio::time::sleep(Duration::from_millis(350)).await;
-    let live = live_hosts(&client, Duration::from_secs(1)).await.unwrap();
-    assert_eq!(live, ["alpha", "bravo", "charlie"]);
+    eventually("all three live", Duration::from_secs(10), || async {
+        live_hosts(&client, Duration::from_secs(1)).await.unwrap() == ["alpha", "bravo", "charlie"]
+    })
+    .await;
     for m in &members {
         assert!(m.status().last_error.is_none(), "{:?}", m.status());
     }
@@ -47,9 +61,22 @@ async fn a_silent_host_leaves_after_the_staleness_window() {
     heartbeat(&client, "silent", 1.0).await.unwrap();
     let window = Duration::from_millis(1500);
     assert_eq!(live_hosts(&client, window).await.unwrap(), ["silent", "steady"]);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    // "silent" sent nothing for longer than the window, by the database's clock.
-    assert_eq!(live_hosts(&client, window).await.unwrap(), ["steady"]);
+    // "silent" sends nothing: once the window has passed by the database's clock, it is out,
+    // while "steady" stays in.
+    eventually("silent to go stale", Duration::from_secs(10), || async {
+        live_hosts(&client, window).await.unwrap() == ["steady"]
+    })
+    .await;
+    let silent_for: f64 = client
+        .query_one(
+            "SELECT extract(epoch FROM clock_timestamp() - last_seen)::float8 FROM rendezvous.status_hosts
+              WHERE host_id = 'silent'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(silent_for >= window.as_secs_f64(), "left after {silent_for} s, inside the window");
     // A wider window still sees it: staleness is the caller's choice, not a deletion.
     assert_eq!(live_hosts(&client, Duration::from_secs(30)).await.unwrap(), ["silent", "steady"]);
     steady.shutdown().await.unwrap();
@@ -89,10 +116,11 @@ async fn heartbeat_survives_a_terminated_backend() {
         .get(0);
     assert_eq!(killed, 1);
     let before = m.status().last_ok.unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let status = m.status();
-    assert!(status.last_ok.unwrap() > before, "no heartbeat after reconnect: {status:?}");
-    assert!(status.last_error.is_none(), "{status:?}");
+    eventually("a heartbeat after reconnecting", Duration::from_secs(10), || async {
+        let status = m.status();
+        status.last_ok.unwrap() > before && status.last_error.is_none()
+    })
+    .await;
     m.shutdown().await.unwrap();
     assert!(live_hosts(&admin, Duration::from_secs(60)).await.unwrap().is_empty());
 }

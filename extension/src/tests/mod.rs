@@ -1,6 +1,5 @@
-//! `#[pg_test]`s: each runs inside the extension, in its own rolled-back transaction.
-mod admission_tests;
-mod firing_tests;
+//! `#[pg_test]`s: what can only be checked inside a backend, against the Rust code itself (each
+//! runs in its own rolled-back transaction). What a SQL caller sees is tested by the pg_regress
+//! suites under pg_test/, and through the client by tests/ (docs/testing.md).
 mod hrw_tests;
 mod leader_tests;
-mod membership_tests;
