@@ -34,7 +34,9 @@ pub struct Cli {
 pub enum Command {
     /// Run N hosts as separate processes against one database, optionally under chaos, with
     /// live progress, a report and a PASS/FAIL verdict (exit status 1 on FAIL)
-    #[command(long_about = FLEET_ABOUT)]
+    // A later flag overrides an earlier one: scripts/demo.sh passes its defaults first and the
+    // user's flags after them (`scripts/demo.sh --duration 30`).
+    #[command(long_about = FLEET_ABOUT, args_override_self = true)]
     Fleet(FleetOptions),
     /// Show who is live, who leads each group at which epoch, in-flight and recent firings,
     /// and recent runs
@@ -182,6 +184,16 @@ mod tests {
             (4, Duration::from_secs(15), 8, Duration::from_millis(250), true, 3)
         );
         assert_eq!(o.url.as_deref(), Some("postgresql://x@h/db"));
+    }
+
+    #[test]
+    fn a_later_fleet_flag_overrides_an_earlier_one() {
+        let Command::Fleet(o) =
+            parse(&["fleet", "--chaos", "--duration", "60", "--duration", "30", "--chaos"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((o.duration, o.chaos), (Duration::from_secs(30), true));
     }
 
     #[test]
