@@ -15,6 +15,91 @@ BEGIN
 END
 $$;
 
+-- The id length limit is defined once (the extension's Rust constant); checks and table
+-- constraints read it.
+CREATE  FUNCTION rendezvous."_max_id_bytes"() RETURNS INT /* i32 */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'max_id_bytes_wrapper';
+
+CREATE OR REPLACE FUNCTION rendezvous._check_host_id(host_id text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_text('host_id', host_id, rendezvous._max_id_bytes());
+END
+$$;
+
+CREATE OR REPLACE FUNCTION rendezvous.spawn_run(
+    tenant_id    text,
+    workflow_ref text,
+    input        jsonb DEFAULT '{}',
+    dispatch_key text DEFAULT NULL
+) RETURNS TABLE (run_id bigint, created boolean, same_request boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    -- Parameters are referenced as spawn_run.<name>: bare names are the table's columns.
+    existing rendezvous.runs%ROWTYPE;
+BEGIN
+    -- Checks inline (cheap); the helper only runs to raise the error.
+    IF spawn_run.tenant_id IS NULL OR spawn_run.tenant_id = '' OR octet_length(spawn_run.tenant_id) > rendezvous._max_id_bytes() THEN
+        PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, rendezvous._max_id_bytes());
+    END IF;
+    IF spawn_run.workflow_ref IS NULL OR spawn_run.workflow_ref = '' OR octet_length(spawn_run.workflow_ref) > 1024 THEN
+        PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);
+    END IF;
+    IF spawn_run.input IS NULL THEN
+        RAISE EXCEPTION 'input must not be NULL (use ''{}'' for no input)' USING ERRCODE = '22004';
+    END IF;
+    IF spawn_run.dispatch_key IS NULL THEN
+        -- No key: a new run every call, exactly as without admission control.
+        RETURN QUERY
+            INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input)
+            VALUES (spawn_run.tenant_id, spawn_run.workflow_ref, spawn_run.input)
+            RETURNING r.run_id, true, true;
+        RETURN;
+    END IF;
+    IF spawn_run.dispatch_key = '' OR octet_length(spawn_run.dispatch_key) > 512 THEN
+        PERFORM rendezvous._check_text('dispatch_key', spawn_run.dispatch_key, 512);
+    END IF;
+    FOR attempt IN 1..5 LOOP
+        RETURN QUERY
+            INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key)
+            VALUES (spawn_run.tenant_id, spawn_run.workflow_ref, spawn_run.input, spawn_run.dispatch_key)
+            ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING
+            RETURNING r.run_id, true, true;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        SELECT * INTO existing FROM rendezvous.runs r
+         WHERE r.tenant_id = spawn_run.tenant_id AND r.dispatch_key = spawn_run.dispatch_key;
+        IF FOUND THEN
+            spawn_run.run_id := existing.run_id;
+            spawn_run.created := false;
+            spawn_run.same_request := existing.workflow_ref = spawn_run.workflow_ref
+                                      AND existing.input = spawn_run.input;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        -- The conflicting run was deleted (purged) between the two statements: insert again.
+    END LOOP;
+    RAISE EXCEPTION 'could not admit run for dispatch_key % of tenant %: it is being purged concurrently',
+        spawn_run.dispatch_key, spawn_run.tenant_id
+        USING ERRCODE = '40001';
+END
+$$;
+
+ALTER TABLE rendezvous.hosts DROP CONSTRAINT hosts_host_id_valid,
+    ADD CONSTRAINT hosts_host_id_valid CHECK (host_id <> '' AND octet_length(host_id) <= rendezvous._max_id_bytes());
+ALTER TABLE rendezvous.leaders DROP CONSTRAINT leaders_group_name_valid,
+    ADD CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes());
+ALTER TABLE rendezvous.runs DROP CONSTRAINT runs_tenant_id_valid,
+    ADD CONSTRAINT runs_tenant_id_valid CHECK (tenant_id <> '' AND octet_length(tenant_id) <= rendezvous._max_id_bytes());
+
 -- Token bumps and completions are flushed before they are acknowledged (ForceSyncCommit).
 CREATE  FUNCTION rendezvous."_durable_commit"() RETURNS void
 STRICT VOLATILE PARALLEL UNSAFE
@@ -27,8 +112,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > 256 THEN
-        PERFORM rendezvous._check_text('task_id', task_id, 256);
+    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > rendezvous._max_id_bytes() THEN
+        PERFORM rendezvous._check_text('task_id', task_id, rendezvous._max_id_bytes());
     END IF;
     IF fire_at IS NULL THEN
         RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';

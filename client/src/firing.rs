@@ -42,7 +42,7 @@ impl Firing {
 }
 
 /// The longest task id the extension takes, in bytes.
-pub const MAX_TASK_ID_BYTES: usize = 256;
+pub const MAX_TASK_ID_BYTES: usize = crate::MAX_ID_BYTES;
 
 /// Seconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
 const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
@@ -84,12 +84,7 @@ fn pg_micros(t: SystemTime) -> i128 {
 /// # Ok::<(), rendezvous_client::Error>(())
 /// ```
 pub fn firing_key(task_id: &str, fire_at: SystemTime) -> Result<String> {
-    if task_id.is_empty() || task_id.len() > MAX_TASK_ID_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "task_id must be 1 to {MAX_TASK_ID_BYTES} bytes (got {} bytes)",
-            task_id.len()
-        )));
-    }
+    crate::check_id("task_id", task_id)?;
     if task_id.contains('\0') {
         return Err(Error::InvalidArgument("task_id must not contain a NUL byte".into()));
     }
@@ -432,9 +427,7 @@ impl Dispatcher {
         host_id: &str,
         options: DispatcherOptions,
     ) -> Result<Dispatcher> {
-        if host_id.is_empty() || host_id.len() > 256 {
-            return Err(Error::InvalidArgument("host_id must be 1 to 256 bytes".into()));
-        }
+        crate::check_id("host_id", host_id)?;
         if options.lease.is_zero() || options.max_in_flight == 0 || options.poll.is_zero() {
             return Err(Error::InvalidArgument("lease, poll and max_in_flight must be > 0".into()));
         }

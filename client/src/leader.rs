@@ -201,11 +201,8 @@ impl LeaderElector {
         candidate: &str,
         options: LeaderOptions,
     ) -> Result<LeaderElector> {
-        for (what, v) in [("group", group), ("candidate", candidate)] {
-            if v.is_empty() || v.len() > 256 {
-                return Err(Error::InvalidArgument(format!("{what} must be 1 to 256 bytes")));
-            }
-        }
+        crate::check_id("group", group)?;
+        crate::check_id("candidate", candidate)?;
         if options.refresh.is_zero() || options.lease() < options.refresh {
             return Err(Error::InvalidArgument("refresh must be > 0 and lease >= refresh".into()));
         }

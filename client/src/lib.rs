@@ -80,6 +80,22 @@ struct ReadmeDoctests;
 /// The extension version this client speaks (the workspace version, shared by both).
 pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The most bytes an id may have (host ids, task ids, tenant ids, group names, candidates):
+/// the extension's `rendezvous._max_id_bytes()`, which a test checks this equals.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Refuses an empty id or one longer than [`MAX_ID_BYTES`] before anything is sent, with the
+/// one message every part of the client uses.
+pub(crate) fn check_id(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() || value.len() > MAX_ID_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be 1 to {MAX_ID_BYTES} bytes (got {} bytes)",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that `pg_rendezvous` is installed at the version this client expects and that the
 /// server runs the same HRW algorithm; returns the installed version.
 ///

@@ -11,13 +11,7 @@ use crate::{connect_as, sql, Error, Result};
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
 
 fn check_host_id(host_id: &str) -> Result<()> {
-    if host_id.is_empty() || host_id.len() > 256 {
-        return Err(Error::InvalidArgument(format!(
-            "host_id must be 1 to 256 bytes (got {} bytes)",
-            host_id.len()
-        )));
-    }
-    Ok(())
+    crate::check_id("host_id", host_id)
 }
 
 /// Marks `host_id` live now; returns the database's time of the heartbeat.

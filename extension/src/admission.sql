@@ -12,7 +12,7 @@ CREATE TABLE rendezvous.runs (
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at   timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     CONSTRAINT runs_state_valid CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
-    CONSTRAINT runs_tenant_id_valid CHECK (tenant_id <> '' AND octet_length(tenant_id) <= 256),
+    CONSTRAINT runs_tenant_id_valid CHECK (tenant_id <> '' AND octet_length(tenant_id) <= rendezvous._max_id_bytes()),
     CONSTRAINT runs_workflow_ref_valid CHECK (workflow_ref <> '' AND octet_length(workflow_ref) <= 1024),
     CONSTRAINT runs_dispatch_key_valid CHECK (dispatch_key <> '' AND octet_length(dispatch_key) <= 512)
 );
@@ -39,8 +39,8 @@ DECLARE
     existing rendezvous.runs%ROWTYPE;
 BEGIN
     -- Checks inline (cheap); the helper only runs to raise the error.
-    IF spawn_run.tenant_id IS NULL OR spawn_run.tenant_id = '' OR octet_length(spawn_run.tenant_id) > 256 THEN
-        PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, 256);
+    IF spawn_run.tenant_id IS NULL OR spawn_run.tenant_id = '' OR octet_length(spawn_run.tenant_id) > rendezvous._max_id_bytes() THEN
+        PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, rendezvous._max_id_bytes());
     END IF;
     IF spawn_run.workflow_ref IS NULL OR spawn_run.workflow_ref = '' OR octet_length(spawn_run.workflow_ref) > 1024 THEN
         PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);

@@ -2,20 +2,13 @@
 -- Loaded by extension_sql_file! in checks.rs; every name is schema-qualified. A change after a
 -- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
 
--- Validates a host id: not NULL, not empty, at most 256 bytes.
+-- Validates a host id: not NULL, not empty, at most _max_id_bytes() bytes.
 CREATE FUNCTION rendezvous._check_host_id(host_id text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF host_id IS NULL THEN
-        RAISE EXCEPTION 'host_id must not be NULL' USING ERRCODE = '22004';
-    ELSIF host_id = '' THEN
-        RAISE EXCEPTION 'host_id must not be empty' USING ERRCODE = '22023';
-    ELSIF octet_length(host_id) > 256 THEN
-        RAISE EXCEPTION 'host_id is % bytes long; the limit is 256', octet_length(host_id)
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM rendezvous._check_text('host_id', host_id, rendezvous._max_id_bytes());
 END
 $$;
 

@@ -23,8 +23,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > 256 THEN
-        PERFORM rendezvous._check_text('task_id', task_id, 256);
+    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > rendezvous._max_id_bytes() THEN
+        PERFORM rendezvous._check_text('task_id', task_id, rendezvous._max_id_bytes());
     END IF;
     IF fire_at IS NULL THEN
         RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';

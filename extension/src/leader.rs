@@ -25,13 +25,18 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 
+use crate::checks::MAX_ID_BYTES;
 use crate::errors::{invalid_argument, null_argument, raise};
 
 /// The fourth field of every leader lock tag ("RZ"): advisory locks taken from SQL use 1 (one
 /// `bigint` key) or 2 (two `integer` keys), so SQL can never name ours. `objsubid` in `pg_locks`.
 pub(crate) const LOCK_SPACE: u16 = 0x525a;
 
-extension_sql_file!("leader.sql", name = "leader_tables", requires = [leader_lock_held, leader_lock_space]);
+extension_sql_file!(
+    "leader.sql",
+    name = "leader_tables",
+    requires = ["checks", leader_lock_held, leader_lock_space]
+);
 
 /// `LOCK_SPACE` for SQL (`rendezvous.leader_locks` finds leader locks in `pg_locks` by it), so
 /// the number is written down once.
@@ -187,8 +192,8 @@ fn check_name(what: &str, value: Option<&str>) -> String {
     match value {
         None => null_argument(what),
         Some("") => invalid_argument(format!("{what} must not be empty")),
-        Some(v) if v.len() > 256 => {
-            invalid_argument(format!("{what} is {} bytes long; the limit is 256", v.len()))
+        Some(v) if v.len() > MAX_ID_BYTES as usize => {
+            invalid_argument(format!("{what} is {} bytes long; the limit is {MAX_ID_BYTES}", v.len()))
         }
         Some(v) => v.to_owned(),
     }

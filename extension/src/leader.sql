@@ -10,7 +10,7 @@ CREATE TABLE rendezvous.leaders (
     epoch      bigint NOT NULL DEFAULT 0,
     since      timestamptz,
     pid        integer,
-    CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= 256)
+    CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes())
 );
 ALTER SEQUENCE rendezvous.leader_lock_ids OWNED BY rendezvous.leaders.lock_id;
 COMMENT ON TABLE rendezvous.leaders IS 'Per leader group: its advisory lock id, last epoch and last holder. The lock in pg_locks is the truth.';

@@ -7,7 +7,7 @@ CREATE TABLE rendezvous.hosts (
     weight     double precision NOT NULL DEFAULT 1,
     first_seen timestamptz NOT NULL,
     last_seen  timestamptz NOT NULL,
-    CONSTRAINT hosts_host_id_valid CHECK (host_id <> '' AND octet_length(host_id) <= 256),
+    CONSTRAINT hosts_host_id_valid CHECK (host_id <> '' AND octet_length(host_id) <= rendezvous._max_id_bytes()),
     CONSTRAINT hosts_weight_valid CHECK (weight > 0 AND weight < 'Infinity' AND weight <> 'NaN')
 );
 COMMENT ON TABLE rendezvous.hosts IS 'Hosts that heartbeat; live while last_seen is within the staleness window (database clock).';

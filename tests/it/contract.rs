@@ -104,6 +104,30 @@ async fn nothing_of_the_extension_lands_outside_its_schema() {
     assert_eq!(elsewhere, Vec::<String>::new());
 }
 
+/// The client's default staleness is the server's (`rendezvous.default_staleness()`, the one
+/// definition the live-set functions use).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_default_staleness_is_the_servers() {
+    let db = TestDb::new("contract_staleness").await;
+    let client = db.connect().await;
+    let seconds: f64 = client
+        .query_one("SELECT extract(epoch FROM rendezvous.default_staleness())::float8", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(Duration::from_secs_f64(seconds), rendezvous_client::membership::DEFAULT_STALENESS);
+}
+
+/// The client's id limit is the server's (`rendezvous._max_id_bytes()`, which the argument
+/// checks and the table constraints use).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_id_limit_is_the_servers() {
+    let db = TestDb::new("contract_ids").await;
+    let client = db.connect().await;
+    let max: i32 = client.query_one("SELECT rendezvous._max_id_bytes()", &[]).await.unwrap().get(0);
+    assert_eq!(max as usize, rendezvous_client::MAX_ID_BYTES);
+}
+
 /// The client computes firing keys locally: it must produce the SQL function's string for
 /// every instant the function takes, and refuse (before sending anything) what it refuses.
 #[tokio::test(flavor = "multi_thread")]
