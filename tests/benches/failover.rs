@@ -47,7 +47,7 @@ async fn wait_for_follower(client: &tokio_postgres::Client) {
         let n: i64 = client
             .query_one(
                 "SELECT count(*) FROM pg_catalog.pg_stat_activity a
-                  WHERE a.application_name LIKE 'rendezvous leader %' AND a.state = 'idle'
+                  WHERE a.application_name LIKE 'rendezvous leader %' AND a.state = 'idle' AND a.datname = pg_catalog.current_database()
                     AND a.query LIKE '%try_lead%'
                     AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
                 &[],

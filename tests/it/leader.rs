@@ -163,7 +163,7 @@ async fn following_sessions(client: &tokio_postgres::Client, group: &str) -> Vec
         .query(
             "SELECT a.pid FROM pg_catalog.pg_stat_activity a
               WHERE a.application_name LIKE 'rendezvous leader ' || $1 || ' %'
-                AND a.state = 'idle' AND a.query LIKE '%try_lead%'
+                AND a.state = 'idle' AND a.datname = pg_catalog.current_database() AND a.query LIKE '%try_lead%'
                 AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
             &[&group],
         )
@@ -188,7 +188,7 @@ async fn terminated_backend_steps_the_leader_down_and_the_follower_takes_over() 
 
     admin
         .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader g a'",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader g a' AND datname = current_database()",
             &[],
         )
         .await
@@ -260,7 +260,7 @@ async fn many_candidates_never_two_leaders_for_one_epoch() {
             let name = format!("rendezvous leader crowd {}", electors[i].candidate());
             admin
                 .execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
                     &[&name],
                 )
                 .await
@@ -295,7 +295,7 @@ async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
     assert_leader(&tx, "fence", old).await.unwrap();
     tx.execute("INSERT INTO decisions VALUES ($1, 'in flight')", &[&old]).await.unwrap();
     admin
-        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader fence a'", &[])
+        .execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous leader fence a' AND datname = current_database()", &[])
         .await
         .unwrap();
     // b has the lock but cannot open its epoch while the fenced write is open: its epoch bump
@@ -305,7 +305,8 @@ async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
         let waiting: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_catalog.pg_stat_activity
-                  WHERE application_name = 'rendezvous leader fence b' AND wait_event_type = 'Lock'",
+                  WHERE application_name = 'rendezvous leader fence b' AND wait_event_type = 'Lock'
+                    AND datname = pg_catalog.current_database()",
                 &[],
             )
             .await
