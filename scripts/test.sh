@@ -122,8 +122,20 @@ upgrade_test() {
 }
 
 integration_tests() {
-  log "integration tests under tests/, and the fleet (the main job) under chaos"
-  RENDEZVOUS_TEST_DATABASE_URL=$DATABASE_URL cargo test --quiet -p rendezvous-tests -p rendezvous-cli
+  log "integration tests under tests/, beside the CLI's tests (the fleet under chaos, on its own cluster)"
+  # The fleet test mostly waits out its chaos: run it beside the integration tests, not after.
+  local cli_log=$RENDEZVOUS_CLUSTER_DIR/cli-tests.log cli
+  cargo test --quiet -p rendezvous-cli >"$cli_log" 2>&1 &
+  cli=$!
+  if ! RENDEZVOUS_TEST_DATABASE_URL=$DATABASE_URL cargo test --quiet -p rendezvous-tests; then
+    wait "$cli" || true
+    exit 1
+  fi
+  if ! wait "$cli"; then
+    cat "$cli_log" >&2
+    exit 1
+  fi
+  cat "$cli_log"
 }
 
 case "${1:-}" in
