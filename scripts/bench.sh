@@ -28,6 +28,8 @@ on_cluster() {
   log "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
   for b in "$@"; do
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
+    # Admission also in the server, where the client's round trip cannot hide its cost.
+    if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench_admission_pgbench.sh"; fi
   done
 }
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `scripts/bench.sh admission`, server side: pgbench runs spawn_run and a plain
+# `INSERT … ON CONFLICT DO NOTHING RETURNING` into a table with the same columns, constraints and
+# unique partial index, interleaved in one loop (each case right after the other), for both
+# protocols and 1, 4 and 16 clients, and once more with synchronous_commit = off; prints the
+# medians over the rounds. Run by scripts/bench.sh under `rendezvous cluster run` (PGHOST and
+# PGPORT set); fresh dispatch keys throughout.
+#   ROUNDS (default 3) rounds of SECONDS (default 5) per case.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+rounds=${ROUNDS:-3}
+seconds=${SECONDS_PER_CASE:-5}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pgbench="$(pg_bindir)/pgbench"
+
+cluster_psql -d postgres -c "DROP TABLE IF EXISTS bench_plain_runs" -c \
+  "CREATE TABLE bench_plain_runs (LIKE rendezvous.runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES INCLUDING IDENTITY)"
+cat >"$work/plain.sql" <<'SQL'
+\set k random(1, 9000000000000000000)
+INSERT INTO bench_plain_runs (tenant_id, workflow_ref, input, dispatch_key)
+VALUES ('tenant', 'reports/nightly', '{}', :client_id || '-' || :k)
+ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING run_id;
+SQL
+cat >"$work/spawn.sql" <<'SQL'
+\set k random(1, 9000000000000000000)
+SELECT run_id, created, same_request FROM rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
+SQL
+
+# tps of one pgbench case: way (plain|spawn), protocol, clients, extra PGOPTIONS.
+tps() {
+  PGOPTIONS="${4:-}" "$pgbench" -n -M "$2" -c "$3" -j "$(( $3 < 2 ? $3 : 2 ))" -T "$seconds" \
+    -f "$work/$1.sql" -d postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+cases=()
+for protocol in prepared simple; do for clients in 1 4 16; do cases+=("$protocol $clients"); done; done
+cases+=("prepared 1 -csynchronous_commit=off")
+for c in "${cases[@]}"; do : >"$work/$(echo "$c" | tr ' =' '__').plain"; : >"$work/$(echo "$c" | tr ' =' '__').spawn"; done
+for round in $(seq "$rounds"); do
+  for c in "${cases[@]}"; do
+    read -r protocol clients opts <<<"$c"
+    f=$work/$(echo "$c" | tr ' =' '__')
+    tps plain "$protocol" "$clients" "${opts:-}" >>"$f.plain"
+    tps spawn "$protocol" "$clients" "${opts:-}" >>"$f.spawn"
+  done
+done
+
+echo "Spawn admission in the server: pgbench, spawn_run beside a plain INSERT … ON CONFLICT DO NOTHING"
+echo "RETURNING into a table like rendezvous.runs, interleaved; median tps of $rounds rounds of ${seconds} s"
+echo
+echo "| protocol | clients | durability | plain INSERT tps | spawn_run tps | spawn_run / plain |"
+echo "|---|---:|---|---:|---:|---:|"
+for c in "${cases[@]}"; do
+  read -r protocol clients opts <<<"$c"
+  f=$work/$(echo "$c" | tr ' =' '__')
+  plain=$(median <"$f.plain"); spawn=$(median <"$f.spawn")
+  durability=${opts:+synchronous_commit = off}
+  printf '| %s | %s | %s | %.0f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
+    "$plain" "$spawn" "$(echo "$spawn / $plain" | bc -l)"
+done
