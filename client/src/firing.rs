@@ -122,13 +122,16 @@ pub fn firing_key(task_id: &str, fire_at: SystemTime) -> Result<String> {
 pub struct FiringClaim {
     /// True when this call won the claim.
     pub claimed: bool,
-    /// The live holder (this host when claimed).
-    pub holder: String,
-    /// The holder's token: the fencing token for `assert_firing` and the completion.
-    pub token: i64,
+    /// The live holder (this host when claimed); `None` when the firing is not yet due by the
+    /// database clock, which claims nothing before `fire_at` whatever this host's clock says.
+    pub holder: Option<String>,
+    /// The holder's token: the fencing token for `assert_firing` and the completion (`None`
+    /// with no holder).
+    pub token: Option<i64>,
     /// True when the firing is already done.
     pub completed: bool,
-    /// The holder's lease end, on the database clock.
+    /// The holder's lease end, on the database clock; for a firing not yet due, its `fire_at`
+    /// (when a claim can first succeed).
     pub lease_until: SystemTime,
 }
 
@@ -531,8 +534,10 @@ impl Dispatcher {
             let mut won = Vec::new();
             for (p, claim) in to_claim.into_iter().zip(claims) {
                 match claim {
-                    Some(c) if c.claimed => won.push((p, c.token)),
+                    Some(FiringClaim { claimed: true, token: Some(token), .. }) => won.push((p, token)),
                     Some(c) => {
+                        // Lost to a live holder, already done, or not yet due by the database
+                        // clock (no holder; a host whose clock runs fast asked early).
                         report.lost_attempts += 1;
                         if c.completed {
                             report.done_by_others += 1;
@@ -602,11 +607,11 @@ impl Dispatcher {
                 let exists: bool = r.get(0);
                 let completed: bool = r.get(1);
                 let remaining: f64 = r.get(2);
+                // `remaining`: the lease left, or, never claimed, the time until it is due.
                 match (exists, completed) {
-                    (false, _) => Status::Free,
                     (true, true) => Status::Done,
-                    (true, false) if remaining <= 0.0 => Status::Free,
-                    (true, false) => Status::Held { remaining: Duration::from_secs_f64(remaining) },
+                    (_, false) if remaining <= 0.0 => Status::Free,
+                    (_, _) => Status::Held { remaining: Duration::from_secs_f64(remaining) },
                 }
             })
             .collect())

@@ -58,6 +58,12 @@ BEGIN
     IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
         PERFORM rendezvous._check_lease(claim_firing.lease);
     END IF;
+    -- Never before it is due by the database clock, whatever the caller's clock says: not
+    -- claimed, nobody holds it, and lease_until says when it can be claimed.
+    IF claim_firing.fire_at > pg_catalog.clock_timestamp() THEN
+        RETURN QUERY SELECT false, NULL::text, NULL::bigint, false, claim_firing.fire_at;
+        RETURN;
+    END IF;
     FOR attempt IN 1..5 LOOP
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
@@ -86,7 +92,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
-    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease.';
+    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
 
 -- Many claims in one call (one transaction, one commit): what a dispatcher uses for a batch
 -- of due firings. Same rules as claim_firing, per element; the result is in input order
@@ -117,6 +123,8 @@ BEGIN
     WITH input AS (
         SELECT rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
+         -- Never before it is due by the database clock, whatever the caller's clock says.
+         WHERE u.fire_at <= now_
     ), claimed_now AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
         SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
@@ -132,15 +140,19 @@ BEGIN
         PERFORM rendezvous._durable_commit();
     END IF;
     -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
+    -- A firing not yet due: not claimed, no holder, and lease_until is when it will be due.
     RETURN QUERY
-        SELECT u.ord::integer, f.firing_key = ANY (won), f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
+        SELECT u.ord::integer, coalesce(f.firing_key = ANY (won), false), f.holder, f.token,
+               coalesce(f.completed_at IS NOT NULL, false),
+               CASE WHEN u.fire_at > now_ THEN u.fire_at ELSE f.lease_until END
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
-          JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         WHERE u.fire_at > now_ OR f.firing_key IS NOT NULL
          ORDER BY u.ord;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
-    'claim_firing for many firings in one call; results in input order (ord).';
+    'claim_firing for many firings in one call; results in input order (ord). A firing not yet due by the database clock is not claimed (holder and token NULL, lease_until = fire_at).';
 
 -- Many completions in one call; per element, true when the token was current.
 CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
@@ -306,11 +318,11 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT u.i::integer, f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
-               greatest(f.lease_until - pg_catalog.clock_timestamp(), interval '0')
+               greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
          ORDER BY u.i;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
-    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long its lease still runs (database clock). Claims nothing.';
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease, or, never claimed, until fire_at (database clock). Claims nothing.';

@@ -44,6 +44,17 @@ SELECT * FROM rendezvous.complete_firings(ARRAY['batch-a', 'batch-b', 'batch-c']
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['a'], ARRAY[]::timestamptz[], 'h')$$);
 DELETE FROM rendezvous.firings;
 
+-- Nothing is claimed before it is due by the database clock, whatever the caller's clock says:
+-- not claimed, no holder, and lease_until says when it can be.
+SELECT claimed, holder, token, completed, lease_until = now() + interval '1 hour' AS lease_until_is_fire_at
+  FROM rendezvous.claim_firing('later', now() + interval '1 hour', 'fast-clock-host');
+SELECT ord, claimed, holder IS NOT NULL AS has_holder, token
+  FROM rendezvous.claim_firings(ARRAY['earlier', 'later'], ARRAY[now() - interval '1 min', now() + interval '1 hour'], 'fast-clock-host');
+SELECT ord, claimed, completed, lease_remaining > interval '59 min' AS due_in_an_hour
+  FROM rendezvous.firing_states(ARRAY['later'], ARRAY[now() + interval '1 hour']);
+SELECT task_id FROM rendezvous.firings WHERE task_id IN ('earlier', 'later');
+DELETE FROM rendezvous.firings;
+
 -- As a host role (rendezvous_host: the API, no table privileges): claim, look, complete; the
 -- claim rows themselves are out of reach: tokens and completions change only through the API.
 CREATE ROLE rendezvous_regress_firer LOGIN;

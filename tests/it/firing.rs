@@ -59,7 +59,7 @@ async fn twenty_concurrent_claimers_one_wins() {
         }
         let winners: Vec<_> = claims.iter().filter(|c| c.claimed).collect();
         assert_eq!(winners.len(), 1, "round {round}: {claims:?}");
-        assert!(claims.iter().all(|c| c.holder == winners[0].holder && c.token == 1));
+        assert!(claims.iter().all(|c| c.holder == winners[0].holder && c.token == Some(1)));
     }
 }
 
@@ -364,4 +364,42 @@ async fn lease_renewals_do_not_stall_a_fenced_write_in_progress() {
     .expect("the dispatch finished: renewals did not stall the work")
     .unwrap();
     assert_eq!(report.executed, 1);
+}
+
+/// A host whose clock runs five minutes fast asks for firings early; the database, whose clock
+/// decides, grants none before it is due, and the host runs each once it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fast_clock_never_starts_a_firing_before_it_is_due_by_the_database_clock() {
+    let db = TestDb::new("fire_early").await;
+    let client = db.connect().await;
+    let db_now: SystemTime = client.query_one("SELECT clock_timestamp()", &[]).await.unwrap().get(0);
+    let due: Vec<Firing> = (0..5)
+        .map(|i| Firing::new(format!("midnight-{i}"), db_now + Duration::from_millis(1500 + 200 * i)))
+        .collect();
+    let fast = Clock::Local(Arc::new(|| SystemTime::now() + Duration::from_secs(300)));
+    let options = DispatcherOptions::default()
+        .with_grace(Duration::from_millis(20))
+        .with_poll(Duration::from_millis(100))
+        .with_clock(fast);
+    let dispatcher = Dispatcher::connect(&db.url, "fast-host", options).await.unwrap();
+    let started: Arc<Mutex<Vec<(SystemTime, SystemTime)>>> = Arc::default();
+    let report = dispatcher
+        .dispatch(&due, &HostSet::new(["fast-host"]), |ctx| {
+            let (started, url) = (started.clone(), db.url.clone());
+            async move {
+                let clock = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
+                let at: SystemTime =
+                    clock.query_one("SELECT clock_timestamp()", &[]).await.map_err(|e| e.to_string())?.get(0);
+                started.lock().unwrap().push((ctx.firing.fire_at, at));
+                Ok(())
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.executed, 5, "{report:?}");
+    let started = started.lock().unwrap();
+    assert_eq!(started.len(), 5);
+    for (fire_at, at) in started.iter() {
+        assert!(at >= fire_at, "started {:?} before it was due", fire_at.duration_since(*at).unwrap());
+    }
 }
