@@ -99,6 +99,8 @@ pub struct Report {
     pub lost: i64,
     /// Firings started again after a holder died or stalled past its lease.
     pub rerun_after_takeover: i64,
+    /// Firing starts before the firing was due by the database clock (hosts run skewed clocks).
+    pub started_early: i64,
     /// Runs admitted (one per firing key expected).
     pub runs: i64,
     /// spawn_run calls that returned an existing run.
@@ -124,6 +126,7 @@ impl Report {
             && self.split_brain_epochs == 0
             && self.completed == self.due
             && self.runs == self.due
+            && self.started_early == 0
     }
 }
 
@@ -374,6 +377,12 @@ async fn finish(admin: &Client, tag: &str, group: &str, r: &mut Report) -> Resul
         tag.to_owned(),
     )
     .await?;
+    r.started_early = q(
+        "SELECT count(*) FROM fleet_starts s JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+          WHERE s.tag = $1 AND s.at < f.fire_at",
+        tag.to_owned(),
+    )
+    .await?;
     r.runs = q("SELECT count(*) FROM rendezvous.status_runs WHERE tenant_id = $1", tag.to_owned()).await?;
     r.deduplicated =
         q("SELECT count(*) FROM fleet_admissions WHERE tag = $1 AND NOT created", tag.to_owned()).await?;
@@ -408,6 +417,10 @@ pub fn print_report(r: &Report) {
     println!(
         "re-run after a takeover  {}   (a holder died or stalled past its lease: at-least-once, fenced)",
         r.rerun_after_takeover
+    );
+    println!(
+        "started early            {}   (starts before the firing was due by the database clock)",
+        r.started_early
     );
     println!(
         "runs admitted            {}   (one per firing key: {} keys with two runs)",

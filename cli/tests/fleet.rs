@@ -23,6 +23,7 @@ fn a_short_fleet_under_chaos_passes() {
     assert_eq!(figure(&report, "firings completed"), due);
     assert_eq!(figure(&report, "executed twice"), 0);
     assert_eq!(figure(&report, "lost"), 0);
+    assert_eq!(figure(&report, "started early"), 0, "a firing started before it was due: {report}");
     assert_eq!(figure(&report, "runs admitted"), due);
     assert!(report.contains("chaos "), "chaos ran: {report}");
 }
