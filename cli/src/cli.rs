@@ -72,8 +72,24 @@ pub struct StatusArgs {
     #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     pub url: Option<String>,
     /// Print JSON (for scripts) instead of text
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
+    /// Print Prometheus text exposition format (for a scraper or node_exporter's textfile
+    /// collector) instead of text
+    #[arg(long)]
+    pub prometheus: bool,
+    /// Refresh every SECONDS in place until interrupted (text output only)
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2",
+          conflicts_with_all = ["json", "prometheus"], value_parser = parse_watch)]
+    pub watch: Option<std::time::Duration>,
+}
+
+/// A `--watch` interval: a positive number of seconds.
+fn parse_watch(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.1 => Ok(std::time::Duration::from_secs_f64(secs)),
+        _ => Err(format!("give the refresh interval in seconds, 0.1 or more (got {s:?})")),
+    }
 }
 
 /// The subcommands of `rendezvous cluster`.

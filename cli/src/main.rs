@@ -37,9 +37,20 @@ async fn run(command: Command) -> Result<i32, String> {
                     .exit()
             };
             let client = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
+            if let Some(every) = args.watch {
+                loop {
+                    let v = status::collect(&client).await?;
+                    // Home the cursor and clear the screen, so the status redraws in place.
+                    print!("\x1b[H\x1b[2J");
+                    status::print(&v);
+                    tokio::time::sleep(every).await;
+                }
+            }
             let v = status::collect(&client).await?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap());
+            } else if args.prometheus {
+                print!("{}", status::prometheus(&v));
             } else {
                 status::print(&v);
             }

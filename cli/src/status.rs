@@ -70,6 +70,69 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     }))
 }
 
+/// The status in Prometheus text exposition format: one gauge family per fact, labelled by
+/// host or group. (Counts of kept rows are gauges: purges lower them.)
+pub fn prometheus(v: &Value) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, help: &str, samples: Vec<(String, f64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (labels, value) in samples {
+            out.push_str(&format!("{name}{labels} {value}\n"));
+        }
+    };
+    let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
+    let host = |h: &Value| format!("{{host_id=\"{}\"}}", label(h["host_id"].as_str().unwrap_or("")));
+    family(
+        "rendezvous_hosts_live",
+        "Hosts whose last heartbeat is within the default staleness (database clock).",
+        vec![(String::new(), hosts.iter().filter(|h| h["live"] == true).count() as f64)],
+    );
+    family(
+        "rendezvous_host_live",
+        "1 while the host is live, 0 once stale.",
+        hosts.iter().map(|h| (host(h), if h["live"] == true { 1.0 } else { 0.0 })).collect(),
+    );
+    family(
+        "rendezvous_host_heartbeat_age_seconds",
+        "Seconds since the host's last heartbeat (database clock).",
+        hosts.iter().map(|h| (host(h), h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0))).collect(),
+    );
+    family(
+        "rendezvous_host_weight",
+        "The host's HRW weight.",
+        hosts.iter().map(|h| (host(h), h["weight"].as_f64().unwrap_or(0.0))).collect(),
+    );
+    let leaders = v["leaders"].as_array().cloned().unwrap_or_default();
+    let group = |l: &Value| format!("{{group=\"{}\"}}", label(l["group"].as_str().unwrap_or("")));
+    family(
+        "rendezvous_leader_present",
+        "1 while someone leads the group, 0 while nobody does.",
+        leaders.iter().map(|l| (group(l), if l["leader"].is_string() { 1.0 } else { 0.0 })).collect(),
+    );
+    family(
+        "rendezvous_leader_epoch",
+        "The group's current (or last) fencing epoch.",
+        leaders.iter().map(|l| (group(l), l["epoch"].as_f64().unwrap_or(0.0))).collect(),
+    );
+    let f = &v["firings"];
+    family(
+        "rendezvous_firings_in_flight",
+        "Claimed firings not completed yet.",
+        vec![(String::new(), f["in_flight"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_firings_completed",
+        "Completed firings kept (purge_firings lowers it).",
+        vec![(String::new(), f["completed"].as_f64().unwrap_or(0.0))],
+    );
+    out
+}
+
+/// A label value as the exposition format escapes it: backslash, double quote and newline.
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// Prints the status for a person.
 pub fn print(v: &Value) {
     println!("hosts");
@@ -120,5 +183,45 @@ pub fn print(v: &Value) {
             r["dispatch_key"].as_str().unwrap_or(""),
             r["state"].as_str().unwrap_or("")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_families_and_escaped_labels() {
+        let v = json!({
+            "hosts": [{"host_id": "h\"1\\\n", "weight": 2.0, "seconds_since_heartbeat": 0.5, "live": true},
+                      {"host_id": "h2", "weight": 1.0, "seconds_since_heartbeat": 30.0, "live": false}],
+            "leaders": [{"group": "g", "leader": "h2", "epoch": 7}, {"group": "idle", "leader": null, "epoch": 2}],
+            "firings": {"in_flight": 3, "completed": 40},
+        });
+        let text = prometheus(&v);
+        for line in [
+            "# TYPE rendezvous_hosts_live gauge",
+            "rendezvous_hosts_live 1",
+            "rendezvous_host_live{host_id=\"h\\\"1\\\\\\n\"} 1",
+            "rendezvous_host_live{host_id=\"h2\"} 0",
+            "rendezvous_host_heartbeat_age_seconds{host_id=\"h2\"} 30",
+            "rendezvous_leader_present{group=\"g\"} 1",
+            "rendezvous_leader_present{group=\"idle\"} 0",
+            "rendezvous_leader_epoch{group=\"g\"} 7",
+            "rendezvous_firings_in_flight 3",
+            "rendezvous_firings_completed 40",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
+        }
+        // Every sample line belongs to a family announced before it.
+        let mut typed = std::collections::HashSet::new();
+        for l in text.lines() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                typed.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if !l.starts_with('#') {
+                let name = l.split(['{', ' ']).next().unwrap();
+                assert!(typed.contains(name), "{name} has no TYPE line");
+            }
+        }
     }
 }

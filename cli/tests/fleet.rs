@@ -54,6 +54,10 @@ fn status_reports_as_json_for_an_observer_role() {
   -c "SELECT * FROM rendezvous.spawn_run('acme', 'wf', '{{}}', 'k1')" \
   -c "SELECT * FROM rendezvous.claim_firing('t', '2026-01-01 00:00+00', 'h1')" >/dev/null
 "{rendezvous}" status --json --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
+echo '--- prometheus'
+"{rendezvous}" status --prometheus --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
+echo '--- watch'
+timeout 2.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres" || true
 {psql} -X -q -c "DROP ROLE {role}" >/dev/null"#,
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
@@ -63,7 +67,9 @@ fn status_reports_as_json_for_an_observer_role() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let status: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let (json, rest) = stdout.split_once("--- prometheus\n").unwrap();
+    let (prometheus, watch) = rest.split_once("--- watch\n").unwrap();
+    let status: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(status["hosts"][0]["host_id"], "h1");
     assert_eq!(status["hosts"][0]["live"], true);
     assert_eq!(status["leaders"][0]["group"], "g");
@@ -71,4 +77,14 @@ fn status_reports_as_json_for_an_observer_role() {
     assert_eq!(status["recent_runs"][0]["dispatch_key"], "k1");
     assert_eq!(status["firings"]["in_flight"], 1);
     assert_eq!(status["firings"]["in_flight_sample"][0]["holder"], "h1");
+    for line in [
+        "rendezvous_host_live{host_id=\"h1\"} 1",
+        "rendezvous_leader_epoch{group=\"g\"} 1",
+        "rendezvous_firings_in_flight 1",
+    ] {
+        assert!(prometheus.lines().any(|l| l == line), "no {line:?} in:\n{prometheus}");
+    }
+    // --watch redraws in place: at least two frames in 2.5 s at one a second.
+    assert!(watch.matches("\x1b[H\x1b[2J").count() >= 2, "{watch:?}");
+    assert!(watch.matches("hosts\n").count() >= 2, "{watch:?}");
 }
