@@ -124,10 +124,12 @@ upgrade_test() {
 integration_tests() {
   log "integration tests under tests/, beside the CLI's tests (the fleet under chaos, on its own cluster)"
   # The fleet test mostly waits out its chaos: run it beside the integration tests, not after.
-  local cli_log=$RENDEZVOUS_CLUSTER_DIR/cli-tests.log cli
-  cargo test --quiet -p rendezvous-cli >"$cli_log" 2>&1 &
+  # Both commands name the same packages, so cargo resolves the same features and reuses what
+  # the build step made (one package alone would rebuild the shared crates with other features).
+  local pkgs=(-p rendezvous-tests -p rendezvous-cli) cli_log=$RENDEZVOUS_CLUSTER_DIR/cli-tests.log cli
+  cargo test --quiet "${pkgs[@]}" --test fleet --test cluster >"$cli_log" 2>&1 &
   cli=$!
-  if ! RENDEZVOUS_TEST_DATABASE_URL=$DATABASE_URL cargo test --quiet -p rendezvous-tests; then
+  if ! RENDEZVOUS_TEST_DATABASE_URL=$DATABASE_URL cargo test --quiet "${pkgs[@]}" --lib --bins --test integration; then
     wait "$cli" || true
     exit 1
   fi
