@@ -3,7 +3,7 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::GenericClient;
 
-use crate::{sql, Error, Result};
+use crate::{signals, sql, Error, Result};
 
 /// How many times a serialization failure (40001) is retried before it is returned.
 pub const SERIALIZATION_RETRIES: usize = 5;
@@ -44,6 +44,7 @@ pub struct Admission {
 /// # Ok(())
 /// # }
 /// ```
+#[tracing::instrument(level = "debug", skip_all, fields(tenant_id = tenant_id, workflow_ref = workflow_ref, dispatch_key = ?dispatch_key))]
 pub async fn spawn_run(
     client: &impl GenericClient,
     tenant_id: &str,
@@ -52,18 +53,26 @@ pub async fn spawn_run(
     dispatch_key: Option<&str>,
 ) -> Result<Admission> {
     let input = serde_json::to_value(input).map_err(|e| Error::InvalidArgument(format!("input: {e}")))?;
+    let started = std::time::Instant::now();
     let mut attempt = 0;
     loop {
         attempt += 1;
         match client.query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key]).await {
             Ok(row) => {
-                return Ok(Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) });
+                let admission =
+                    Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) };
+                let result = if admission.created { "created" } else { "deduplicated" };
+                metrics::counter!(signals::ADMISSIONS, "result" => result).increment(1);
+                signals::seconds(signals::ADMISSION_DURATION, started.elapsed());
+                tracing::debug!(tenant_id, dispatch_key, run_id = admission.run_id, result, "admitted");
+                return Ok(admission);
             }
             Err(e)
                 if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
                     && attempt <= SERIALIZATION_RETRIES =>
             {
                 tracing::debug!(attempt, "spawn_run: serialization failure, retrying");
+                metrics::counter!(signals::ADMISSION_RETRIES).increment(1);
                 // Inside the caller's transaction a retry cannot succeed: probe cheaply and
                 // hand the original error back.
                 if let Err(probe) = client.query_one(sql::PROBE, &[]).await {

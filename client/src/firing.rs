@@ -17,7 +17,7 @@ use futures_util::future::join_all;
 use tokio_postgres::{Client, GenericClient};
 
 use crate::hrw::HostSet;
-use crate::{sql, Error, Result};
+use crate::{signals, sql, Error, Result};
 
 /// One due firing of a recurring task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -140,6 +140,7 @@ fn secs(d: Duration) -> f64 {
 }
 
 /// Claims a firing for `host_id` for `lease` (database clock).
+#[tracing::instrument(level = "debug", skip_all, fields(task_id = %firing.task_id, fire_at = ?firing.fire_at, host_id = host_id))]
 pub async fn claim_firing(
     client: &impl GenericClient,
     firing: &Firing,
@@ -160,6 +161,7 @@ pub async fn claim_firing(
 
 /// Claims many firings in one call (one transaction); per input, its claim (`None` if its row
 /// vanished meanwhile, i.e. it was purged).
+#[tracing::instrument(level = "debug", skip_all, fields(host_id = host_id, firings = firings.len()))]
 pub async fn claim_firings(
     client: &impl GenericClient,
     firings: &[&Firing],
@@ -184,6 +186,7 @@ pub async fn claim_firings(
 }
 
 /// Completes many firings in one call; per input, false when its token was stale.
+#[tracing::instrument(level = "debug", skip_all, fields(firings = firings.len()))]
 pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, i64)]) -> Result<Vec<bool>> {
     let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
@@ -219,6 +222,7 @@ pub async fn release_firing(client: &impl GenericClient, firing: &Firing, token:
 
 /// Fencing: fails with SQLSTATE `RZ001` unless `token` is the firing's current claim. Call it
 /// in the same transaction as the firing's writes.
+#[tracing::instrument(level = "debug", skip_all, fields(task_id = %firing.task_id, fire_at = ?firing.fire_at, token = token))]
 pub async fn assert_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<()> {
     client.execute(sql::ASSERT_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(())
@@ -476,6 +480,7 @@ impl Dispatcher {
     ///
     /// A firing [`firing_key`] refuses (a bad task id, a `fire_at` before 1 AD) fails the call
     /// with [`Error::InvalidArgument`] before anything is claimed.
+    #[tracing::instrument(level = "debug", skip_all, fields(host_id = %self.host_id, firings = due.len()))]
     pub async fn dispatch<W, Fut>(&self, due: &[Firing], view: &HostSet, work: W) -> Result<DispatchReport>
     where
         W: Fn(FiringContext) -> Fut,
@@ -529,16 +534,22 @@ impl Dispatcher {
             }
             // One call claims the batch; the claims won run concurrently; one call completes them.
             let firings: Vec<&Firing> = to_claim.iter().map(|p| &due[p.index]).collect();
+            let claiming = std::time::Instant::now();
             let claims = claim_firings(&self.client, &firings, &self.host_id, self.options.lease).await?;
+            signals::seconds(signals::FIRING_CLAIM_DURATION, claiming.elapsed());
             report.claim_attempts += to_claim.len() as u64;
             let mut won = Vec::new();
             for (p, claim) in to_claim.into_iter().zip(claims) {
                 match claim {
-                    Some(FiringClaim { claimed: true, token: Some(token), .. }) => won.push((p, token)),
+                    Some(FiringClaim { claimed: true, token: Some(token), .. }) => {
+                        metrics::counter!(signals::FIRINGS_CLAIMED).increment(1);
+                        won.push((p, token))
+                    }
                     Some(c) => {
                         // Lost to a live holder, already done, or not yet due by the database
                         // clock (no holder; a host whose clock runs fast asked early).
                         report.lost_attempts += 1;
+                        metrics::counter!(signals::FIRING_CLAIMS_LOST).increment(1);
                         if c.completed {
                             report.done_by_others += 1;
                         } else {
@@ -554,6 +565,11 @@ impl Dispatcher {
                     None => queue.push(Reverse(Pending { at: now(), seen_held: true, ..p })),
                 }
             }
+            let started = now();
+            for (p, _) in &won {
+                let late = started.duration_since(due[p.index].fire_at).unwrap_or_default();
+                signals::seconds(signals::FIRING_START_LATENESS, late);
+            }
             let results = join_all(
                 won.iter().map(|(p, token)| self.run_claimed(&due[p.index], &keys[p.index], *token, &work)),
             )
@@ -564,6 +580,7 @@ impl Dispatcher {
                     succeeded.push((p, token));
                 } else {
                     report.failed += 1;
+                    metrics::counter!(signals::FIRINGS_FAILED).increment(1);
                     queue.push(Reverse(Pending { at: now() + self.options.poll, seen_held: true, ..p }));
                 }
             }
@@ -576,6 +593,10 @@ impl Dispatcher {
                 if ok {
                     report.executed += 1;
                     report.takeovers += u64::from(token > 1);
+                    metrics::counter!(signals::FIRINGS_COMPLETED).increment(1);
+                    if token > 1 {
+                        metrics::counter!(signals::FIRINGS_TAKEN_OVER).increment(1);
+                    }
                 } else {
                     // Our lease expired and another host took over; watch until it is done.
                     report.stale_completions += 1;
@@ -620,6 +641,7 @@ impl Dispatcher {
     /// Runs the work of a claim won, renewing its lease meanwhile; true when the work
     /// succeeded. A failed work's claim is released at once, so the next host in rank can retry
     /// it without waiting for the lease.
+    #[tracing::instrument(level = "debug", skip_all, fields(key = key, token = token, task_id = %firing.task_id))]
     async fn run_claimed<W, Fut>(&self, firing: &Firing, key: &str, token: i64, work: &W) -> Result<bool>
     where
         W: Fn(FiringContext) -> Fut,

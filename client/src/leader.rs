@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Notification};
 
-use crate::{sql, Error, Result};
+use crate::{signals, sql, Error, Result};
 
 /// One claim attempt's answer (`rendezvous.try_lead`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,7 @@ pub struct CurrentLeader {
 }
 
 /// Claims leadership without waiting (idempotent for the holder's own session).
+#[tracing::instrument(level = "debug", skip_all, fields(group = group, candidate = candidate))]
 pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
     let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
     Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
@@ -73,6 +74,7 @@ pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentL
 /// Fencing: fails with SQLSTATE `RZ001` unless `epoch` is the live leadership of `group` now.
 /// Call it in the same transaction as a leader's write; a deposed leader's write then either
 /// commits before the new epoch exists or fails.
+#[tracing::instrument(level = "debug", skip_all, fields(group = group, epoch = epoch))]
 pub async fn assert_leader(client: &impl GenericClient, group: &str, epoch: i64) -> Result<()> {
     client.execute(sql::ASSERT_LEADER, &[&group, &epoch]).await?;
     Ok(())
@@ -228,7 +230,8 @@ impl LeaderElector {
             base,
             stop: stop_rx,
         };
-        let task = tokio::spawn(run.run());
+        let span = tracing::info_span!("rendezvous_leader", group, candidate);
+        let task = tokio::spawn(tracing::Instrument::instrument(run.run(), span));
         Ok(LeaderElector {
             group: group.to_owned(),
             candidate: candidate.to_owned(),
@@ -326,12 +329,18 @@ enum Held {
 
 impl Run {
     async fn run(mut self) -> Result<()> {
+        let mut connected_before = false;
         loop {
             if *self.stop.borrow() {
                 return Ok(());
             }
             let mut session = match self.connect().await {
-                Ok(s) => s,
+                Ok(s) => {
+                    if std::mem::replace(&mut connected_before, true) {
+                        metrics::counter!(signals::RECONNECTS, "component" => "leader").increment(1);
+                    }
+                    s
+                }
                 Err(e) => {
                     self.follower(None, None, format!("cannot reach the database: {e}"));
                     if self.pause(self.options.refresh).await {
@@ -392,31 +401,31 @@ impl Run {
         loop {
             tokio::select! {
                 _ = stop.changed() => {
-                    self.step_down(Some(epoch), "shutting down".into());
+                    self.step_down(Some(epoch), "shutdown", "shutting down".into());
                     let _ = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
                     return Ok(Held::Stopped);
                 }
                 _ = &mut session.closed => {
-                    self.step_down(Some(epoch), "connection to the database lost".into());
+                    self.step_down(Some(epoch), "connection_lost", "connection to the database lost".into());
                     return Ok(Held::Lost);
                 }
                 _ = tick.tick() => {
                     match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)).await {
                         Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(),
                         Ok(Ok(c)) => {
-                            self.step_down(c.leader.as_ref().map(|_| c.epoch), format!("lost the lock (epoch now {})", c.epoch));
+                            self.step_down(c.leader.as_ref().map(|_| c.epoch), "lock_lost", format!("lost the lock (epoch now {})", c.epoch));
                             return Ok(Held::Lost);
                         }
                         Ok(Err(e @ Error::PoolerDetected(_))) => {
-                            self.step_down(Some(epoch), e.to_string());
+                            self.step_down(Some(epoch), "pooler", e.to_string());
                             return Err(e);
                         }
                         Ok(Err(e)) => {
-                            self.step_down(Some(epoch), format!("refresh failed: {e}"));
+                            self.step_down(Some(epoch), "refresh_failed", format!("refresh failed: {e}"));
                             return Ok(Held::Lost);
                         }
                         Err(_) => {
-                            self.step_down(Some(epoch), "refresh timed out".into());
+                            self.step_down(Some(epoch), "refresh_timed_out", "refresh timed out".into());
                             return Ok(Held::Lost);
                         }
                     }
@@ -479,11 +488,17 @@ impl Run {
             reason: "holds the lock".into(),
         });
         tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
+        metrics::counter!(signals::TERMS_WON, "group" => self.group.clone()).increment(1);
+        metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(1.0);
+        metrics::gauge!(signals::LEADER_EPOCH, "group" => self.group.clone()).set(epoch as f64);
     }
 
-    fn step_down(&self, epoch: Option<i64>, reason: String) {
+    /// Ends this elector's term; `kind` names the reason for the metric, `reason` says it in words.
+    fn step_down(&self, epoch: Option<i64>, kind: &'static str, reason: String) {
         self.valid_until.store(0, Ordering::Release);
         tracing::warn!(group = %self.group, candidate = %self.candidate, reason = %reason, "stepped down");
+        metrics::counter!(signals::TERMS_LOST, "group" => self.group.clone(), "reason" => kind).increment(1);
+        metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(0.0);
         self.state.send_replace(Leadership { is_leader: false, epoch, leader: None, reason });
     }
 

@@ -55,6 +55,7 @@ pub mod firing;
 pub mod hrw;
 pub mod leader;
 pub mod membership;
+pub mod signals;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs
 // and free to change in any release. It stays reachable (rather than `pub(crate)`) because the
 // workspace's integration tests need it: tests/it/contract.rs prepares every statement

@@ -5,7 +5,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::GenericClient;
 
-use crate::{connect_as, sql, Error, Result};
+use crate::{connect_as, signals, sql, Error, Result};
 
 /// The staleness window the SQL functions use by default.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
@@ -202,6 +202,8 @@ async fn run(
             Ok(c) => heartbeat(c, &host_id, options.weight).await,
             Err(e) => Err(e),
         };
+        let result = if outcome.is_ok() { "ok" } else { "error" };
+        metrics::counter!(signals::HEARTBEATS, "result" => result).increment(1);
         status.send_modify(|s| match outcome {
             Ok(at) => {
                 s.last_ok = Some(at);
@@ -224,7 +226,11 @@ async fn ensure_connected<'a>(
     host_id: &str,
 ) -> Result<&'a tokio_postgres::Client> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
+        let reconnecting = client.is_some();
         *client = Some(connect_as(url, &session_name(host_id)).await?);
+        if reconnecting {
+            metrics::counter!(signals::RECONNECTS, "component" => "membership").increment(1);
+        }
     }
     Ok(client.as_ref().expect("connected above"))
 }

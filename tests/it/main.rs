@@ -7,4 +7,5 @@ mod hrw;
 mod leader;
 mod membership;
 mod roles;
+mod signals;
 mod sweep;
