@@ -43,21 +43,7 @@ impl Candidate {
 
 /// Waits until a follower idles: it claimed, lost, and listens for the leader's announcement.
 async fn wait_for_follower(client: &tokio_postgres::Client) {
-    loop {
-        let n: i64 = client
-            .query_one(
-                "SELECT count(*) FROM pg_catalog.pg_stat_activity a
-                  WHERE a.application_name LIKE 'rendezvous leader %' AND a.state = 'idle' AND a.datname = pg_catalog.current_database()
-                    AND a.query LIKE '%try_lead%'
-                    AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            return;
-        }
+    while rendezvous_tests::following_sessions(client, "failover-bench").await.is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use rendezvous_client::leader::{self, assert_leader};
 use rendezvous_client::{Error, LeaderElector, LeaderOptions};
-use rendezvous_tests::{Cluster, Pgbouncer, TestDb};
+use rendezvous_tests::{following_sessions, Cluster, Pgbouncer, TestDb};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_postgres::error::SqlState;
@@ -155,23 +155,6 @@ async fn wait_until_follower_listens(client: &tokio_postgres::Client, group: &st
         assert!(start.elapsed() < Duration::from_secs(10), "no follower of {group} idles");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Backend pids of `group`'s electors that claimed, do not hold the lock, and sit idle.
-async fn following_sessions(client: &tokio_postgres::Client, group: &str) -> Vec<i32> {
-    client
-        .query(
-            "SELECT a.pid FROM pg_catalog.pg_stat_activity a
-              WHERE a.application_name LIKE 'rendezvous leader ' || $1 || ' %'
-                AND a.state = 'idle' AND a.datname = pg_catalog.current_database() AND a.query LIKE '%try_lead%'
-                AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
-            &[&group],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,6 +6,8 @@
 //! `rendezvous cluster run -c fsync=off -- cargo test -p rendezvous-tests`.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use rendezvous_cli::cluster::Cluster;
+use rendezvous_cli::cluster::{as_pg, free_port};
 use tokio_postgres::Client;
 
 /// The admin URL of the test cluster.
@@ -78,8 +80,23 @@ pub async fn connect(url: &str) -> Client {
     rendezvous_client::connect(url).await.expect("connect to the test cluster")
 }
 
-pub use rendezvous_cli::cluster::Cluster;
-use rendezvous_cli::cluster::{as_pg, free_port};
+/// Backend pids of `group`'s electors in this database that follow: they claimed, lost, and now
+/// sit idle outside any statement (listening for the leader's announcement) without the lock.
+pub async fn following_sessions(client: &Client, group: &str) -> Vec<i32> {
+    client
+        .query(
+            "SELECT a.pid FROM pg_catalog.pg_stat_activity a
+              WHERE a.application_name LIKE 'rendezvous leader ' || $1 || ' %'
+                AND a.state = 'idle' AND a.datname = pg_catalog.current_database() AND a.query LIKE '%try_lead%'
+                AND NOT EXISTS (SELECT 1 FROM rendezvous.leader_locks l WHERE l.pid = a.pid)",
+            &[&group],
+        )
+        .await
+        .expect("read pg_stat_activity")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
 
 /// pgbouncer in front of a cluster, in transaction pooling mode; stopped on drop.
 pub struct Pgbouncer {
