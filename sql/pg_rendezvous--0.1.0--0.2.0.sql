@@ -565,3 +565,663 @@ GRANT SELECT ON rendezvous.status_hosts, rendezvous.status_leaders, rendezvous.s
     rendezvous.status_runs, rendezvous.leader_locks TO rendezvous_observer;
 REVOKE EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) TO rendezvous_admin;
+
+
+-- The scheduler. Firings can exist before anyone claims them (holder NULL, token 0) and record
+-- failed attempts; a stale or failed holder's token completes, renews and releases nothing.
+ALTER TABLE rendezvous.firings ALTER COLUMN holder DROP NOT NULL,
+    ALTER COLUMN claimed_at DROP NOT NULL,
+    ADD COLUMN failures integer NOT NULL DEFAULT 0,
+    ADD COLUMN failed_at timestamptz,
+    ADD COLUMN last_error text;
+
+COMMENT ON COLUMN rendezvous.firings.holder IS
+    'The host holding the claim; NULL while nobody does: a scheduled firing not claimed yet (token 0), or one waiting to be retried after a failure.';
+-- Unfinished firings (few: pending, running, waiting for a retry): what due_firings and the
+-- overlap policy read.
+CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS NULL AND failed_at IS NULL;
+-- A task's history, newest last: the task status view reads it.
+CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
+
+CREATE OR REPLACE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
+RETURNS TABLE (ord integer, completed boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF complete_firings.task_ids IS NULL OR complete_firings.fire_ats IS NULL OR complete_firings.tokens IS NULL THEN
+        RAISE EXCEPTION 'task_ids, fire_ats and tokens must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(complete_firings.task_ids) <> cardinality(complete_firings.fire_ats)
+       OR cardinality(complete_firings.task_ids) <> cardinality(complete_firings.tokens) THEN
+        RAISE EXCEPTION 'task_ids, fire_ats and tokens must have the same length (got %, % and %)',
+            cardinality(complete_firings.task_ids), cardinality(complete_firings.fire_ats),
+            cardinality(complete_firings.tokens) USING ERRCODE = '22023';
+    ELSIF array_position(complete_firings.tokens, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'tokens must not contain NULL (element %)', array_position(complete_firings.tokens, NULL)
+            USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._durable_commit();
+    RETURN QUERY
+        WITH done AS (
+            UPDATE rendezvous.firings f
+               SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+              FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
+                      FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
+                     ORDER BY 1) x
+             WHERE f.firing_key = x.fk AND f.token = x.tok AND f.holder IS NOT NULL AND f.failed_at IS NULL
+            RETURNING f.firing_key
+        )
+        SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
+          FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens)
+               WITH ORDINALITY AS u(t, f, tok, ord)
+         ORDER BY u.ord;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
+    'complete_firing for many firings in one call; results in input order (ord).';
+
+CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
+BEGIN
+    IF complete_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f
+       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
+     WHERE f.firing_key = fk AND f.token = complete_firing.token AND f.holder IS NOT NULL AND f.failed_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM rendezvous._durable_commit();
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
+    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
+
+CREATE OR REPLACE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '5 min')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(renew_firing.task_id, renew_firing.fire_at);
+    until timestamptz;
+BEGIN
+    IF renew_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._check_lease(renew_firing.lease);
+    UPDATE rendezvous.firings f
+       SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease
+     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
+       AND f.failed_at IS NULL
+    RETURNING f.lease_until INTO until;
+    RETURN until;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) IS
+    'Extends a live claim''s lease from now; NULL when token is stale or the firing is done (stop working on it).';
+
+CREATE OR REPLACE FUNCTION rendezvous.release_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(release_firing.task_id, release_firing.fire_at);
+BEGIN
+    IF release_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
+     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
+       AND f.failed_at IS NULL;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_firing(text, timestamptz, bigint) IS
+    'Gives a claim up early, uncompleted, so another host can take it at once.';
+
+CREATE OR REPLACE FUNCTION rendezvous.assert_firing(task_id text, fire_at timestamptz, token bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(assert_firing.task_id, assert_firing.fire_at);
+    current_token bigint;
+    current_holder text;
+BEGIN
+    IF assert_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
+    -- fenced here commits before a new token exists, or fails.
+    SELECT f.token, f.holder INTO current_token, current_holder FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    IF NOT FOUND OR current_token = 0 THEN
+        RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
+    ELSIF current_holder IS NULL AND current_token = assert_firing.token THEN
+        RAISE EXCEPTION 'token % of % no longer holds it: the attempt failed and the firing waits to be retried', assert_firing.token, fk
+            USING ERRCODE = 'RZ001';
+    ELSIF current_token <> assert_firing.token THEN
+        RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
+            USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) IS
+    'Fencing: raises RZ001 unless token is the firing''s current claim. Call it in the same transaction as the firing''s writes.';
+
+CREATE OR REPLACE FUNCTION rendezvous.purge_firings(older_than interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    purged bigint;
+BEGIN
+    PERFORM rendezvous._check_older_than(older_than);
+    DELETE FROM rendezvous.firings f
+     WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than
+        OR f.failed_at < pg_catalog.clock_timestamp() - older_than;
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
+    'Deletes firings completed (or failed for good) longer than older_than ago; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
+
+CREATE OR REPLACE FUNCTION rendezvous.firing_states(task_ids text[], fire_ats timestamptz[])
+RETURNS TABLE (ord integer, claimed boolean, completed boolean, lease_remaining interval)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF firing_states.task_ids IS NULL OR firing_states.fire_ats IS NULL THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(firing_states.task_ids) <> cardinality(firing_states.fire_ats) THEN
+        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
+            cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
+    END IF;
+    RETURN QUERY
+        SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
+               greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
+          FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+         ORDER BY u.i;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease, or, never claimed, until fire_at (database clock). Claims nothing.';
+
+-- CREATE OR REPLACE resets SECURITY DEFINER: set it again, as privileges.sql does.
+ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.release_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.firing_states(text[], timestamptz[]) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
+
+-- Schedules are evaluated by the extension (croner, jiff).
+
+CREATE  FUNCTION rendezvous."fire_times"(
+	"schedule" TEXT, /* Option < & str > */
+	"time_zone" TEXT, /* Option < & str > */
+	"after" timestamp with time zone, /* Option < TimestampWithTimeZone > */
+	"until" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS SETOF timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'fire_times_wrapper';
+
+CREATE  FUNCTION rendezvous."_check_schedule"(
+	"schedule" TEXT, /* Option < & str > */
+	"time_zone" TEXT, /* Option < & str > */
+	"after" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+IMMUTABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'check_schedule_wrapper';
+
+CREATE  FUNCTION rendezvous."_next_fire_time"(
+	"schedule" TEXT, /* Option < & str > */
+	"time_zone" TEXT, /* Option < & str > */
+	"after" timestamp with time zone /* Option < TimestampWithTimeZone > */
+) RETURNS timestamp with time zone /* Option < TimestampWithTimeZone > */
+IMMUTABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'next_fire_time_wrapper';
+
+CREATE  FUNCTION rendezvous."_plan_firings"(
+	"schedule" TEXT, /* & str */
+	"time_zone" TEXT, /* & str */
+	"catch_up" TEXT, /* & str */
+	"window" interval, /* Interval */
+	"from" timestamp with time zone, /* TimestampWithTimeZone */
+	"now" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS TABLE (
+	"run_at" timestamp with time zone[],  /* Vec < TimestampWithTimeZone > */
+	"skipped" bigint,  /* i64 */
+	"next_fire_at" timestamp with time zone  /* Option < TimestampWithTimeZone > */
+)
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'plan_firings_wrapper';
+
+CREATE  FUNCTION rendezvous."every"(
+	"interval" interval /* Option < Interval > */
+) RETURNS TEXT /* String */
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'every_wrapper';
+
+CREATE TABLE rendezvous.tasks (
+    task_id          text PRIMARY KEY,
+    schedule         text NOT NULL,
+    time_zone        text NOT NULL,
+    paused           boolean NOT NULL DEFAULT false,
+    overlap          text NOT NULL,
+    catch_up         text NOT NULL,
+    catch_up_window  interval NOT NULL,
+    lease            interval NOT NULL,
+    max_attempts     integer NOT NULL,
+    retry_backoff    interval NOT NULL,
+    next_fire_at     timestamptz,
+    skipped          bigint NOT NULL DEFAULT 0,
+    last_skipped_at  timestamptz,
+    last_skip_reason text,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    CONSTRAINT tasks_task_id_valid CHECK (task_id <> '' AND octet_length(task_id) <= rendezvous._max_id_bytes()),
+    CONSTRAINT tasks_overlap_valid CHECK (overlap IN ('allow', 'skip')),
+    CONSTRAINT tasks_catch_up_valid CHECK (catch_up IN ('latest', 'all', 'skip')),
+    CONSTRAINT tasks_catch_up_window_valid CHECK (catch_up_window > interval '0' AND isfinite(catch_up_window)),
+    CONSTRAINT tasks_lease_valid CHECK (lease > interval '0' AND isfinite(lease)),
+    CONSTRAINT tasks_max_attempts_valid CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT tasks_retry_backoff_valid CHECK (retry_backoff >= interval '0' AND isfinite(retry_backoff)),
+    CONSTRAINT tasks_last_skip_reason_valid CHECK (last_skip_reason IN ('catch_up', 'overlap'))
+);
+COMMENT ON TABLE rendezvous.tasks IS
+    'Recurring tasks: schedule, time zone and policies; next_fire_at is the first fire time not yet made a firing (NULL: never again).';
+COMMENT ON COLUMN rendezvous.tasks.skipped IS
+    'Fire times that never became firings (catch-up or overlap policy), counted up to 100,000 a pass.';
+-- What due_firings reads each poll: only tasks whose time has come, never all of them.
+CREATE INDEX tasks_due ON rendezvous.tasks (next_fire_at) WHERE NOT paused;
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.tasks', '');
+
+-- Validates the policy arguments of schedule_task (22004 / 22023).
+CREATE FUNCTION rendezvous._check_task_policy(
+    overlap text, catch_up text, catch_up_window interval, lease interval, max_attempts integer,
+    retry_backoff interval
+) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF overlap IS NULL OR catch_up IS NULL OR catch_up_window IS NULL OR max_attempts IS NULL
+       OR retry_backoff IS NULL THEN
+        RAISE EXCEPTION 'overlap, catch_up, catch_up_window, max_attempts and retry_backoff must not be NULL'
+            USING ERRCODE = '22004';
+    ELSIF overlap NOT IN ('allow', 'skip') THEN
+        RAISE EXCEPTION 'overlap must be allow or skip (got "%")', overlap USING ERRCODE = '22023';
+    ELSIF catch_up NOT IN ('latest', 'all', 'skip') THEN
+        RAISE EXCEPTION 'catch_up must be latest, all or skip (got "%")', catch_up USING ERRCODE = '22023';
+    ELSIF catch_up_window <= interval '0' OR NOT isfinite(catch_up_window) THEN
+        RAISE EXCEPTION 'catch_up_window must be a positive, finite interval (got %)', catch_up_window
+            USING ERRCODE = '22023';
+    ELSIF max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000 (got %)', max_attempts USING ERRCODE = '22023';
+    ELSIF retry_backoff < interval '0' OR NOT isfinite(retry_backoff) THEN
+        RAISE EXCEPTION 'retry_backoff must be a finite interval, zero or more (got %)', retry_backoff
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM rendezvous._check_lease(lease);
+END
+$$;
+
+-- Creates or updates a task; returns its next fire time. Idempotent: the same call again
+-- changes nothing. A changed schedule or time zone starts over from the next fire time after
+-- now; changed policies apply from the next firing. A paused task stays paused.
+CREATE FUNCTION rendezvous.schedule_task(
+    task_id         text,
+    schedule        text,
+    time_zone       text DEFAULT 'UTC',
+    overlap         text DEFAULT 'skip',
+    catch_up        text DEFAULT 'latest',
+    catch_up_window interval DEFAULT '1 hour',
+    lease           interval DEFAULT '5 min',
+    max_attempts    integer DEFAULT 3,
+    retry_backoff   interval DEFAULT '10 seconds'
+) RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    next_ timestamptz;
+    sched text := btrim(schedule_task.schedule);
+    t rendezvous.tasks%ROWTYPE;
+BEGIN
+    PERFORM rendezvous._check_text('task_id', schedule_task.task_id, rendezvous._max_id_bytes());
+    PERFORM rendezvous._check_task_policy(schedule_task.overlap, schedule_task.catch_up,
+        schedule_task.catch_up_window, schedule_task.lease, schedule_task.max_attempts, schedule_task.retry_backoff);
+    next_ := rendezvous._check_schedule(sched, schedule_task.time_zone, now_);
+    SELECT * INTO t FROM rendezvous.tasks tk WHERE tk.task_id = schedule_task.task_id FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO rendezvous.tasks AS tk (task_id, schedule, time_zone, overlap, catch_up, catch_up_window, lease,
+                                            max_attempts, retry_backoff, next_fire_at)
+        VALUES (schedule_task.task_id, sched, schedule_task.time_zone, schedule_task.overlap, schedule_task.catch_up,
+                schedule_task.catch_up_window, schedule_task.lease, schedule_task.max_attempts,
+                schedule_task.retry_backoff, next_)
+        ON CONFLICT (task_id) DO NOTHING;
+        IF FOUND THEN
+            RETURN next_;
+        END IF;
+        -- Created concurrently by the same call from another host: update it as below.
+        SELECT * INTO t FROM rendezvous.tasks tk WHERE tk.task_id = schedule_task.task_id FOR UPDATE;
+    END IF;
+    IF (t.schedule, t.time_zone, t.overlap, t.catch_up, t.catch_up_window, t.lease, t.max_attempts, t.retry_backoff)
+       IS NOT DISTINCT FROM (sched, schedule_task.time_zone, schedule_task.overlap, schedule_task.catch_up,
+                             schedule_task.catch_up_window, schedule_task.lease, schedule_task.max_attempts,
+                             schedule_task.retry_backoff) THEN
+        RETURN t.next_fire_at;
+    END IF;
+    UPDATE rendezvous.tasks tk
+       SET schedule = sched, time_zone = schedule_task.time_zone, overlap = schedule_task.overlap,
+           catch_up = schedule_task.catch_up, catch_up_window = schedule_task.catch_up_window,
+           lease = schedule_task.lease, max_attempts = schedule_task.max_attempts,
+           retry_backoff = schedule_task.retry_backoff, updated_at = now_,
+           next_fire_at = CASE WHEN (t.schedule, t.time_zone) = (sched, schedule_task.time_zone) THEN tk.next_fire_at
+                               ELSE next_ END
+     WHERE tk.task_id = schedule_task.task_id
+    RETURNING tk.next_fire_at INTO next_;
+    RETURN next_;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval) IS
+    'Creates or updates a recurring task (idempotent) and returns its next fire time. schedule: 5- or 6-field cron, a macro (@hourly, @daily, …) or every <n> seconds|minutes|hours|days; time_zone: an IANA name.';
+
+-- Removes a task; true when it existed. Its pending (never claimed) firings go with it;
+-- claimed ones finish or expire as usual and stay in the history.
+CREATE FUNCTION rendezvous.unschedule_task(task_id text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_text('task_id', unschedule_task.task_id, rendezvous._max_id_bytes());
+    DELETE FROM rendezvous.tasks t WHERE t.task_id = unschedule_task.task_id;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    DELETE FROM rendezvous.firings f
+     WHERE f.task_id = unschedule_task.task_id AND f.holder IS NULL AND f.completed_at IS NULL;
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.unschedule_task(text) IS
+    'Removes a task and its pending firings; true when it existed. Firings already claimed finish as usual.';
+
+-- Pausing stops new firings; a firing already claimed finishes. Idempotent.
+CREATE FUNCTION rendezvous.pause_task(task_id text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_text('task_id', pause_task.task_id, rendezvous._max_id_bytes());
+    UPDATE rendezvous.tasks t SET paused = true, updated_at = pg_catalog.clock_timestamp()
+     WHERE t.task_id = pause_task.task_id AND NOT t.paused;
+    IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM rendezvous.tasks t WHERE t.task_id = pause_task.task_id) THEN
+        RAISE EXCEPTION 'there is no task "%"', pause_task.task_id USING ERRCODE = 'P0002';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.pause_task(text) IS
+    'Stops new firings of a task (idempotent); firings already claimed finish. P0002 when there is no such task.';
+
+-- Resuming starts from the next fire time after now: what fell due while paused never runs.
+CREATE FUNCTION rendezvous.resume_task(task_id text) RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rendezvous.tasks%ROWTYPE;
+    now_ timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM rendezvous._check_text('task_id', resume_task.task_id, rendezvous._max_id_bytes());
+    SELECT * INTO t FROM rendezvous.tasks tk WHERE tk.task_id = resume_task.task_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'there is no task "%"', resume_task.task_id USING ERRCODE = 'P0002';
+    ELSIF NOT t.paused THEN
+        RETURN t.next_fire_at;
+    END IF;
+    UPDATE rendezvous.tasks tk
+       SET paused = false, updated_at = now_,
+           next_fire_at = rendezvous._next_fire_time(tk.schedule, tk.time_zone, now_)
+     WHERE tk.task_id = resume_task.task_id
+    RETURNING tk.next_fire_at INTO t.next_fire_at;
+    RETURN t.next_fire_at;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.resume_task(text) IS
+    'Resumes a paused task from its next fire time after now (idempotent) and returns it; P0002 when there is no such task.';
+
+-- Turns the fire times that have come into firings, for at most max_tasks tasks (those
+-- another session is doing are skipped, not waited for). Per task: the catch-up policy picks
+-- which due fire times run (_plan_firings); with overlap = 'skip', none does while an earlier
+-- firing of the task is unfinished, and one pass makes at most one.
+CREATE FUNCTION rendezvous._make_due_firings(now_ timestamptz, max_tasks integer) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rendezvous.tasks%ROWTYPE;
+    plan record;
+    run_at timestamptz[];
+    overlap_skipped integer;
+BEGIN
+    FOR t IN
+        SELECT * FROM rendezvous.tasks tk
+         WHERE tk.next_fire_at <= now_ AND NOT tk.paused
+         ORDER BY tk.next_fire_at
+         LIMIT max_tasks
+           FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT * INTO plan
+          FROM rendezvous._plan_firings(t.schedule, t.time_zone, t.catch_up, t.catch_up_window, t.next_fire_at, now_);
+        run_at := plan.run_at;
+        overlap_skipped := 0;
+        IF t.overlap = 'skip' AND cardinality(run_at) > 0 THEN
+            IF EXISTS (SELECT 1 FROM rendezvous.firings f
+                        WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) THEN
+                overlap_skipped := cardinality(run_at);
+                run_at := '{}';
+            ELSIF cardinality(run_at) > 1 THEN
+                overlap_skipped := cardinality(run_at) - 1;
+                run_at := run_at[1:1];
+            END IF;
+        END IF;
+        INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
+        SELECT rendezvous.firing_key(t.task_id, r.at), t.task_id, r.at, NULL, 0, NULL, r.at, 0
+          FROM unnest(run_at) AS r(at)
+        ON CONFLICT (firing_key) DO NOTHING;
+        UPDATE rendezvous.tasks tk
+           SET next_fire_at = plan.next_fire_at,
+               skipped = tk.skipped + plan.skipped + overlap_skipped,
+               last_skipped_at = CASE WHEN plan.skipped + overlap_skipped > 0 THEN now_ ELSE tk.last_skipped_at END,
+               last_skip_reason = CASE WHEN overlap_skipped > 0 THEN 'overlap'
+                                       WHEN plan.skipped > 0 THEN 'catch_up'
+                                       ELSE tk.last_skip_reason END
+         WHERE tk.task_id = t.task_id;
+    END LOOP;
+END
+$$;
+
+-- The firings that can be claimed now, by the database clock: due, unfinished, not held
+-- under a live lease, not waiting out a retry backoff, of tasks that are not paused. Makes the
+-- firings that have come due first. Oldest first, at most max_firings.
+CREATE FUNCTION rendezvous.due_firings(max_firings integer DEFAULT 1000)
+RETURNS TABLE (task_id text, fire_at timestamptz, attempts integer, failures integer, lease interval)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF due_firings.max_firings IS NULL THEN
+        RAISE EXCEPTION 'max_firings must not be NULL' USING ERRCODE = '22004';
+    ELSIF due_firings.max_firings NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'max_firings must be between 1 and 100000 (got %)', due_firings.max_firings
+            USING ERRCODE = '22023';
+    END IF;
+    PERFORM rendezvous._make_due_firings(now_, due_firings.max_firings);
+    RETURN QUERY
+        SELECT f.task_id, f.fire_at, f.attempts, f.failures, t.lease
+          FROM rendezvous.firings f
+          JOIN rendezvous.tasks t ON t.task_id = f.task_id
+         WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.lease_until <= now_ AND NOT t.paused
+         ORDER BY f.fire_at
+         LIMIT due_firings.max_firings;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
+    'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies; with each task''s lease.';
+
+-- When something may next become claimable: the earliest next fire time of an active task, or
+-- the end of a lease or retry backoff of an unfinished firing. A scheduler sleeps until then.
+CREATE FUNCTION rendezvous.next_due_at() RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(x.at) FROM (
+        (SELECT t.next_fire_at AS at FROM rendezvous.tasks t
+          WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
+        UNION ALL
+        (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
+          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused)
+    ) x
+$$;
+COMMENT ON FUNCTION rendezvous.next_due_at() IS
+    'The earliest instant a scheduled firing may become claimable (a next fire time, or the end of a lease or retry backoff); NULL when nothing is scheduled.';
+
+-- A failed attempt: retried after the task's backoff (doubling each time, at most an hour)
+-- until max_attempts failures, then failed for good (failed_at set, never claimed again). A
+-- firing of no scheduled task fails for good at once. recorded is false for a stale token or a
+-- finished firing; retry_at is NULL when the failure is final.
+CREATE FUNCTION rendezvous.fail_firing(task_id text, fire_at timestamptz, token bigint, error text DEFAULT NULL)
+RETURNS TABLE (recorded boolean, retry_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(fail_firing.task_id, fail_firing.fire_at);
+    max_ integer := 1;
+    backoff interval := interval '0';
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    f rendezvous.firings%ROWTYPE;
+BEGIN
+    IF fail_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT t.max_attempts, t.retry_backoff INTO max_, backoff
+      FROM rendezvous.tasks t WHERE t.task_id = fail_firing.task_id;
+    IF NOT FOUND THEN
+        max_ := 1;
+    END IF;
+    UPDATE rendezvous.firings fr
+       SET failures = fr.failures + 1,
+           holder = NULL,
+           last_error = left(fail_firing.error, 2000),
+           failed_at = CASE WHEN fr.failures + 1 >= max_ THEN now_ END,
+           -- A failed firing's lease never ends: no claim takes it again.
+           lease_until = CASE WHEN fr.failures + 1 >= max_ THEN 'infinity'::timestamptz
+                              ELSE now_ + least(backoff * power(2, least(fr.failures, 20)), interval '1 hour') END
+     WHERE fr.firing_key = fk AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
+       AND fr.completed_at IS NULL AND fr.failed_at IS NULL
+    RETURNING fr.* INTO f;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT false, NULL::timestamptz;
+        RETURN;
+    END IF;
+    PERFORM rendezvous._durable_commit();
+    RETURN QUERY SELECT true, CASE WHEN f.failed_at IS NULL THEN f.lease_until END;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) IS
+    'Records a failed attempt of a claimed firing: retried after the task''s backoff (doubling, at most 1 hour) until max_attempts failures, then failed for good. recorded is false for a stale token or a finished firing; retry_at is NULL when the failure is final.';
+
+-- Status views show pending, retrying and failed firings, and tasks.
+CREATE OR REPLACE VIEW rendezvous.status_firings AS
+    SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
+           CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
+                WHEN f.failed_at IS NOT NULL THEN 'failed'
+                WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
+                WHEN f.holder IS NULL THEN 'pending'
+                WHEN f.lease_until > pg_catalog.clock_timestamp() THEN 'running'
+                ELSE 'expired' END AS state,
+           f.failures, f.failed_at, f.last_error
+      FROM rendezvous.firings f;
+COMMENT ON VIEW rendezvous.status_firings IS
+    'Every firing: its holder, token and lease, and its state: pending (due, not claimed yet), running, expired (lease over, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
+
+CREATE VIEW rendezvous.status_tasks AS
+    SELECT t.task_id, t.schedule, t.time_zone, t.paused, t.overlap, t.catch_up, t.next_fire_at,
+           done.fire_at AS last_completed_fire_at, done.completed_at AS last_completed_at,
+           coalesce(open.running, 0) AS running, open.holders, coalesce(open.pending, 0) AS pending,
+           coalesce(open.retrying, 0) AS retrying, coalesce(bad.failed, 0) AS failed,
+           err.fire_at AS last_error_fire_at, err.last_error,
+           t.skipped, t.last_skipped_at, t.last_skip_reason
+      FROM rendezvous.tasks t
+      LEFT JOIN LATERAL (
+          SELECT f.fire_at, f.completed_at FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.completed_at IS NOT NULL
+           ORDER BY f.fire_at DESC LIMIT 1) done ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS running,
+                 array_agg(DISTINCT f.holder)
+                     FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS holders,
+                 count(*) FILTER (WHERE f.holder IS NULL AND f.failures = 0) AS pending,
+                 count(*) FILTER (WHERE f.holder IS NULL AND f.failures > 0) AS retrying
+            FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) open ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS failed FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL) bad ON true
+      LEFT JOIN LATERAL (
+          SELECT f.fire_at, f.last_error FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.failures > 0
+           ORDER BY f.fire_at DESC LIMIT 1) err ON true;
+COMMENT ON VIEW rendezvous.status_tasks IS
+    'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, and fire times skipped by policy.';
+
+-- The scheduler (0.2.0). Hosts register their tasks' schedules at startup and run them;
+-- pausing, resuming and removing a task is an admin's; observers read status_tasks.
+ALTER FUNCTION rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.unschedule_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.pause_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.resume_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.due_firings(integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.next_due_at() SECURITY DEFINER;
+ALTER FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
+    rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text),
+    rendezvous.due_firings(integer), rendezvous.next_due_at(), rendezvous.fail_firing(text, timestamptz, bigint, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
+    rendezvous.due_firings(integer), rendezvous.next_due_at(), rendezvous.fail_firing(text, timestamptz, bigint, text)
+    TO rendezvous_host;
+GRANT EXECUTE ON FUNCTION rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text)
+    TO rendezvous_admin;
+GRANT SELECT ON rendezvous.status_tasks TO rendezvous_observer;

@@ -6,15 +6,25 @@ CREATE TABLE rendezvous.firings (
     firing_key   text PRIMARY KEY,
     task_id      text NOT NULL,
     fire_at      timestamptz NOT NULL,
-    holder       text NOT NULL,
+    holder       text,
     token        bigint NOT NULL,
-    claimed_at   timestamptz NOT NULL,
+    claimed_at   timestamptz,
     lease_until  timestamptz NOT NULL,
     completed_at timestamptz,
-    attempts     integer NOT NULL DEFAULT 1
+    attempts     integer NOT NULL DEFAULT 1,
+    failures     integer NOT NULL DEFAULT 0,
+    failed_at    timestamptz,
+    last_error   text
 );
 COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
+COMMENT ON COLUMN rendezvous.firings.holder IS
+    'The host holding the claim; NULL while nobody does: a scheduled firing not claimed yet (token 0), or one waiting to be retried after a failure.';
 CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
+-- Unfinished firings (few: pending, running, waiting for a retry): what due_firings and the
+-- overlap policy read.
+CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS NULL AND failed_at IS NULL;
+-- A task's history, newest last: the task status view reads it.
+CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
 
 -- The firing key: the same instant in any time zone or precision is the same firing.
@@ -180,7 +190,7 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.token = x.tok
+             WHERE f.firing_key = x.fk AND f.token = x.tok AND f.holder IS NOT NULL AND f.failed_at IS NULL
             RETURNING f.firing_key
         )
         SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
@@ -205,7 +215,7 @@ BEGIN
     END IF;
     UPDATE rendezvous.firings f
        SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-     WHERE f.firing_key = fk AND f.token = complete_firing.token;
+     WHERE f.firing_key = fk AND f.token = complete_firing.token AND f.holder IS NOT NULL AND f.failed_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -232,7 +242,8 @@ BEGIN
     PERFORM rendezvous._check_lease(renew_firing.lease);
     UPDATE rendezvous.firings f
        SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease
-     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.completed_at IS NULL
+     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
+       AND f.failed_at IS NULL
     RETURNING f.lease_until INTO until;
     RETURN until;
 END
@@ -252,7 +263,8 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
-     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.completed_at IS NULL;
+     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
+       AND f.failed_at IS NULL;
     RETURN FOUND;
 END
 $$;
@@ -267,15 +279,19 @@ AS $$
 DECLARE
     fk text := rendezvous.firing_key(assert_firing.task_id, assert_firing.fire_at);
     current_token bigint;
+    current_holder text;
 BEGIN
     IF assert_firing.token IS NULL THEN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
     -- fenced here commits before a new token exists, or fails.
-    SELECT f.token INTO current_token FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
-    IF NOT FOUND THEN
+    SELECT f.token, f.holder INTO current_token, current_holder FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    IF NOT FOUND OR current_token = 0 THEN
         RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
+    ELSIF current_holder IS NULL AND current_token = assert_firing.token THEN
+        RAISE EXCEPTION 'token % of % no longer holds it: the attempt failed and the firing waits to be retried', assert_firing.token, fk
+            USING ERRCODE = 'RZ001';
     ELSIF current_token <> assert_firing.token THEN
         RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
             USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
@@ -294,13 +310,14 @@ DECLARE
 BEGIN
     PERFORM rendezvous._check_older_than(older_than);
     DELETE FROM rendezvous.firings f
-     WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than;
+     WHERE f.completed_at < pg_catalog.clock_timestamp() - older_than
+        OR f.failed_at < pg_catalog.clock_timestamp() - older_than;
     GET DIAGNOSTICS purged = ROW_COUNT;
     RETURN purged;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
-    'Deletes completed firings older than older_than; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
+    'Deletes firings completed (or failed for good) longer than older_than ago; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
 
 -- Where many firings stand, without claiming them (a read): a dispatcher's view of firings it
 -- will not try first. Per input, in input order.
@@ -317,7 +334,7 @@ BEGIN
             cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
-        SELECT u.i::integer, f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
+        SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
                greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)

@@ -15,6 +15,7 @@ mod firing;
 mod hrw;
 mod leader;
 mod membership;
+mod schedule;
 mod status;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -88,3 +88,26 @@ GRANT SELECT ON rendezvous.status_hosts, rendezvous.status_leaders, rendezvous.s
     rendezvous.status_runs, rendezvous.leader_locks TO rendezvous_observer;
 REVOKE EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) TO rendezvous_admin;
+
+-- The scheduler (0.2.0). Hosts register their tasks' schedules at startup and run them;
+-- pausing, resuming and removing a task is an admin's; observers read status_tasks.
+ALTER FUNCTION rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.unschedule_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.pause_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.resume_task(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.due_firings(integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.next_due_at() SECURITY DEFINER;
+ALTER FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
+    rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text),
+    rendezvous.due_firings(integer), rendezvous.next_due_at(), rendezvous.fail_firing(text, timestamptz, bigint, text)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
+    rendezvous.due_firings(integer), rendezvous.next_due_at(), rendezvous.fail_firing(text, timestamptz, bigint, text)
+    TO rendezvous_host;
+GRANT EXECUTE ON FUNCTION rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text)
+    TO rendezvous_admin;
+GRANT SELECT ON rendezvous.status_tasks TO rendezvous_observer;

@@ -19,11 +19,45 @@ COMMENT ON VIEW rendezvous.status_leaders IS
 CREATE VIEW rendezvous.status_firings AS
     SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
            CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
+                WHEN f.failed_at IS NOT NULL THEN 'failed'
+                WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
+                WHEN f.holder IS NULL THEN 'pending'
                 WHEN f.lease_until > pg_catalog.clock_timestamp() THEN 'running'
-                ELSE 'expired' END AS state
+                ELSE 'expired' END AS state,
+           f.failures, f.failed_at, f.last_error
       FROM rendezvous.firings f;
 COMMENT ON VIEW rendezvous.status_firings IS
-    'Every claimed firing: its holder, token and lease, and whether it completed, is running, or its lease expired uncompleted.';
+    'Every firing: its holder, token and lease, and its state: pending (due, not claimed yet), running, expired (lease over, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
+
+CREATE VIEW rendezvous.status_tasks AS
+    SELECT t.task_id, t.schedule, t.time_zone, t.paused, t.overlap, t.catch_up, t.next_fire_at,
+           done.fire_at AS last_completed_fire_at, done.completed_at AS last_completed_at,
+           coalesce(open.running, 0) AS running, open.holders, coalesce(open.pending, 0) AS pending,
+           coalesce(open.retrying, 0) AS retrying, coalesce(bad.failed, 0) AS failed,
+           err.fire_at AS last_error_fire_at, err.last_error,
+           t.skipped, t.last_skipped_at, t.last_skip_reason
+      FROM rendezvous.tasks t
+      LEFT JOIN LATERAL (
+          SELECT f.fire_at, f.completed_at FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.completed_at IS NOT NULL
+           ORDER BY f.fire_at DESC LIMIT 1) done ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS running,
+                 array_agg(DISTINCT f.holder)
+                     FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS holders,
+                 count(*) FILTER (WHERE f.holder IS NULL AND f.failures = 0) AS pending,
+                 count(*) FILTER (WHERE f.holder IS NULL AND f.failures > 0) AS retrying
+            FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) open ON true
+      LEFT JOIN LATERAL (
+          SELECT count(*) AS failed FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL) bad ON true
+      LEFT JOIN LATERAL (
+          SELECT f.fire_at, f.last_error FROM rendezvous.firings f
+           WHERE f.task_id = t.task_id AND f.failures > 0
+           ORDER BY f.fire_at DESC LIMIT 1) err ON true;
+COMMENT ON VIEW rendezvous.status_tasks IS
+    'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, and fire times skipped by policy.';
 
 CREATE VIEW rendezvous.status_runs AS
     SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at

@@ -1,0 +1,333 @@
+//! Schedules: when a task fires, judged by the database.
+//!
+//! A schedule is a cron pattern (5 fields, or 6 with seconds first, or a macro such as
+//! `@hourly`) evaluated in an IANA time zone, or a fixed interval (`every 30 seconds`) counted
+//! from the Unix epoch. Cron parsing and evaluation, daylight-saving rules included, are the
+//! `croner` crate's; time zones come from `jiff`, which reads the system's zoneinfo, the same
+//! files Debian's PostgreSQL uses. docs/schedules.md pins the semantics.
+//!
+//! Rust evaluates (`fire_times`, and the helpers `schedule.sql` calls); `schedule.sql` holds the
+//! tasks table and turns due fire times into firings (catch-up, overlap, retries).
+use croner::parser::{CronParser, Seconds};
+use croner::Cron;
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, Zoned};
+use pgrx::prelude::*;
+
+use crate::errors::{invalid_argument, null_argument, raise};
+
+extension_sql_file!(
+    "schedule.sql",
+    name = "schedule",
+    requires = ["checks", "firing", fire_times, plan_firings, next_fire_time, check_schedule]
+);
+
+/// The most fire times one `fire_times` call returns (54000 beyond): a range that would
+/// produce more is almost certainly a mistake, and would take a backend's memory.
+pub(crate) const MAX_FIRE_TIMES: usize = 100_000;
+
+/// The most firings one task gets in one catch-up pass (`catch_up => 'all'`); the rest follow
+/// on the next pass.
+const MAX_CATCH_UP: usize = 1_000;
+
+/// The longest schedule text accepted, in bytes.
+const MAX_SCHEDULE_BYTES: usize = 1024;
+
+/// The longest fixed interval: a year.
+const MAX_EVERY_SECONDS: i64 = 366 * 24 * 3600;
+
+/// Microseconds between the Unix epoch and PostgreSQL's (2000-01-01 UTC).
+const PG_EPOCH_OFFSET_US: i64 = 946_684_800_000_000;
+
+/// How many iterations a loop runs between two interrupt checks.
+const INTERRUPT_EVERY: usize = 1024;
+
+/// A parsed schedule.
+enum Schedule {
+    Cron(Box<Cron>),
+    /// Every `n` seconds, at the instants that are multiples of `n` since the Unix epoch.
+    Every(i64),
+}
+
+fn parse_schedule(text: &str) -> Result<Schedule, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("schedule must not be empty".into());
+    }
+    if text.len() > MAX_SCHEDULE_BYTES {
+        return Err(format!("schedule is {} bytes long; the limit is {MAX_SCHEDULE_BYTES}", text.len()));
+    }
+    let lower = text.to_ascii_lowercase();
+    if let Some(rest) = lower.strip_prefix("every ") {
+        return parse_every(rest.trim()).map(Schedule::Every);
+    }
+    if !text.starts_with('@') {
+        let fields = text.split_whitespace().count();
+        if fields != 5 && fields != 6 {
+            return Err(format!(
+                "schedule \"{text}\" has {fields} fields: a cron schedule has 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)"
+            ));
+        }
+    }
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .build()
+        .parse(text)
+        .map(|c| Schedule::Cron(Box::new(c)))
+        .map_err(|e| format!("schedule \"{text}\" is not valid: {e}"))
+}
+
+/// `30 seconds`, `5 minutes`, `1 hour`, `2 days` (singular or plural, or s/min/h/d).
+fn parse_every(rest: &str) -> Result<i64, String> {
+    let bad = || {
+        format!(
+            "schedule \"every {rest}\" is not valid: write every <n> seconds|minutes|hours|days, for example every 30 seconds"
+        )
+    };
+    let mut parts = rest.split_whitespace();
+    let (Some(n), Some(unit), None) = (parts.next(), parts.next(), parts.next()) else { return Err(bad()) };
+    let n: i64 = n.parse().map_err(|_| bad())?;
+    let unit_seconds = match unit {
+        "second" | "seconds" | "sec" | "secs" | "s" => 1,
+        "minute" | "minutes" | "min" | "mins" | "m" => 60,
+        "hour" | "hours" | "h" => 3600,
+        "day" | "days" | "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(unit_seconds) {
+        Some(s) if s >= 1 && s <= MAX_EVERY_SECONDS => Ok(s),
+        _ => Err(format!("schedule \"every {rest}\": the interval must be between 1 second and 366 days")),
+    }
+}
+
+fn parse_zone(name: &str) -> Result<TimeZone, String> {
+    if name.is_empty() {
+        return Err("time_zone must not be empty".into());
+    }
+    TimeZone::get(name)
+        .map_err(|_| format!("unknown time zone \"{name}\" (use an IANA name such as Europe/Berlin)"))
+}
+
+/// A parsed schedule and its zone, or 22023.
+fn require(schedule: Option<&str>, time_zone: Option<&str>) -> (Schedule, TimeZone) {
+    let schedule = schedule.unwrap_or_else(|| null_argument("schedule"));
+    let time_zone = time_zone.unwrap_or_else(|| null_argument("time_zone"));
+    let s = parse_schedule(schedule).unwrap_or_else(|e| invalid_argument(e));
+    let z = parse_zone(time_zone).unwrap_or_else(|e| invalid_argument(e));
+    (s, z)
+}
+
+fn to_jiff(t: TimestampWithTimeZone, name: &str) -> Timestamp {
+    let pg: i64 = t.into();
+    if pg == i64::MAX || pg == i64::MIN {
+        invalid_argument(format!("{name} must be finite"));
+    }
+    pg.checked_add(PG_EPOCH_OFFSET_US)
+        .and_then(|us| Timestamp::from_microsecond(us).ok())
+        .unwrap_or_else(|| invalid_argument(format!("{name} is out of the range schedules cover")))
+}
+
+fn to_pg(t: Timestamp) -> TimestampWithTimeZone {
+    let pg = t.as_microsecond() - PG_EPOCH_OFFSET_US;
+    TimestampWithTimeZone::try_from(pg).unwrap_or_else(|_| {
+        raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, format!("fire time {t} is out of range"))
+    })
+}
+
+impl Schedule {
+    /// The first fire time strictly after `after`; None when there is none (cron searches up
+    /// to the year 5000).
+    fn next_after(&self, zone: &TimeZone, after: Timestamp) -> Option<Timestamp> {
+        match self {
+            Schedule::Cron(c) => c
+                .find_next_occurrence(&after.to_zoned(zone.clone()), false)
+                .ok()
+                .map(|z: Zoned| z.timestamp()),
+            Schedule::Every(n) => {
+                let s = after.as_second().div_euclid(*n) * n + n;
+                Timestamp::from_second(s).ok()
+            }
+        }
+    }
+
+    /// The last fire time at or before `at`.
+    fn latest_at_or_before(&self, zone: &TimeZone, at: Timestamp) -> Option<Timestamp> {
+        match self {
+            Schedule::Cron(c) => c
+                .find_previous_occurrence(&at.to_zoned(zone.clone()), true)
+                .ok()
+                .map(|z: Zoned| z.timestamp()),
+            Schedule::Every(n) => {
+                // The last multiple of n seconds at or before `at` (sub-second part ignored).
+                let s = at.as_second().div_euclid(*n) * n;
+                Timestamp::from_second(s).ok()
+            }
+        }
+    }
+
+    /// Fire times in (after, until], at most `max` of them; `Err(())` when there are more.
+    fn between(
+        &self,
+        zone: &TimeZone,
+        after: Timestamp,
+        until: Timestamp,
+        max: usize,
+    ) -> Result<Vec<Timestamp>, ()> {
+        let mut out = Vec::new();
+        let mut cursor = after;
+        while let Some(next) = self.next_after(zone, cursor) {
+            if next > until {
+                break;
+            }
+            if out.len() == max {
+                return Err(());
+            }
+            if out.len() % INTERRUPT_EVERY == 0 {
+                pg_sys::check_for_interrupts!();
+            }
+            out.push(next);
+            cursor = next;
+        }
+        Ok(out)
+    }
+}
+
+/// The fire times of `schedule` in `time_zone` strictly after `after` and up to `until`
+/// (inclusive), in order. Pure: nothing is stored.
+#[pg_extern(immutable, parallel_safe)]
+fn fire_times(
+    schedule: Option<&str>,
+    time_zone: Option<&str>,
+    after: Option<TimestampWithTimeZone>,
+    until: Option<TimestampWithTimeZone>,
+) -> SetOfIterator<'static, TimestampWithTimeZone> {
+    let (s, zone) = require(schedule, time_zone);
+    let after = to_jiff(after.unwrap_or_else(|| null_argument("after")), "after");
+    let until = to_jiff(until.unwrap_or_else(|| null_argument("until")), "until");
+    let times = s.between(&zone, after, until, MAX_FIRE_TIMES).unwrap_or_else(|()| {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "more than {MAX_FIRE_TIMES} fire times between {after} and {until}; ask for a shorter range"
+            ),
+        )
+    });
+    SetOfIterator::new(times.into_iter().map(to_pg))
+}
+
+/// Validates a schedule and a time zone (22004 / 22023); returns the next fire time after
+/// `after`, and refuses a schedule that never fires again.
+#[pg_extern(immutable, parallel_safe, name = "_check_schedule")]
+fn check_schedule(
+    schedule: Option<&str>,
+    time_zone: Option<&str>,
+    after: Option<TimestampWithTimeZone>,
+) -> TimestampWithTimeZone {
+    let (s, zone) = require(schedule, time_zone);
+    let after = to_jiff(after.unwrap_or_else(|| null_argument("after")), "after");
+    match s.next_after(&zone, after) {
+        Some(next) => to_pg(next),
+        None => invalid_argument(format!(
+            "schedule \"{}\" never fires again (no fire time before the year 5000)",
+            schedule.unwrap_or_default().trim()
+        )),
+    }
+}
+
+/// The first fire time strictly after `after` (NULL: none before the year 5000). For
+/// schedules stored by `schedule_task`, which were checked then.
+#[pg_extern(immutable, parallel_safe, name = "_next_fire_time")]
+fn next_fire_time(
+    schedule: Option<&str>,
+    time_zone: Option<&str>,
+    after: Option<TimestampWithTimeZone>,
+) -> Option<TimestampWithTimeZone> {
+    let (s, zone) = require(schedule, time_zone);
+    s.next_after(&zone, to_jiff(after.unwrap_or_else(|| null_argument("after")), "after")).map(to_pg)
+}
+
+/// One task's catch-up decision: of the fire times in [`from`, `now`] (`from` is the task's
+/// stored next fire time), which become firings now, how many are skipped, and the task's
+/// next fire time after this pass. Policies (docs/schedules.md):
+/// - `latest`: only the last due fire time runs; the earlier ones are skipped;
+/// - `all`: every due fire time within `window` of `now` runs (at most 1,000 a pass, the rest
+///   on the next); older ones are skipped;
+/// - `skip`: the last due fire time runs only if it is within `window` of `now`.
+///
+/// `skipped` counts at most `MAX_FIRE_TIMES` a pass.
+#[pg_extern(immutable, parallel_safe, name = "_plan_firings")]
+fn plan_firings(
+    schedule: &str,
+    time_zone: &str,
+    catch_up: &str,
+    window: Interval,
+    from: TimestampWithTimeZone,
+    now: TimestampWithTimeZone,
+) -> TableIterator<
+    'static,
+    (
+        name!(run_at, Vec<TimestampWithTimeZone>),
+        name!(skipped, i64),
+        name!(next_fire_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    let (s, zone) = require(Some(schedule), Some(time_zone));
+    let window_start = to_jiff(now - window, "now - catch_up_window");
+    let (from, now) = (to_jiff(from, "from"), to_jiff(now, "now"));
+    // Fire times in [from, now]: `between` is (after, until], so start one microsecond early.
+    let just_before_from = from.checked_sub(jiff::SignedDuration::from_micros(1)).unwrap_or(from);
+    let count = |after: Timestamp, until: Timestamp| -> i64 {
+        match s.between(&zone, after, until, MAX_FIRE_TIMES) {
+            Ok(v) => v.len() as i64,
+            Err(()) => MAX_FIRE_TIMES as i64,
+        }
+    };
+    let (run, skipped, resume_after) = match catch_up {
+        "all" => {
+            let first = if window_start > just_before_from { window_start } else { just_before_from };
+            let (run, more) = match s.between(&zone, first, now, MAX_CATCH_UP) {
+                Ok(v) => (v, false),
+                Err(()) => {
+                    let v = s.between(&zone, first, now, usize::MAX).unwrap_or_default();
+                    (v.into_iter().take(MAX_CATCH_UP).collect::<Vec<_>>(), true)
+                }
+            };
+            let skipped = if first > just_before_from { count(just_before_from, first) } else { 0 };
+            let resume = if more { *run.last().expect("a full batch") } else { now };
+            (run, skipped, resume)
+        }
+        "latest" | "skip" => {
+            let due = count(just_before_from, now);
+            let latest = s.latest_at_or_before(&zone, now).filter(|t| *t >= from);
+            let run: Vec<Timestamp> = match latest {
+                Some(t) if catch_up == "latest" || t >= window_start => vec![t],
+                _ => vec![],
+            };
+            (run.clone(), (due - run.len() as i64).max(0), now)
+        }
+        other => invalid_argument(format!("catch_up must be latest, all or skip (got \"{other}\")")),
+    };
+    let next = s.next_after(&zone, resume_after).map(to_pg);
+    TableIterator::once((run.into_iter().map(to_pg).collect(), skipped, next))
+}
+
+/// `every <n> seconds` for an interval, so a schedule can be written from an `interval`:
+/// `rendezvous.every('90 seconds')` is `every 90 seconds`.
+#[pg_extern(immutable, parallel_safe)]
+fn every(interval: Option<Interval>) -> String {
+    let interval = interval.unwrap_or_else(|| null_argument("interval"));
+    if interval.months() != 0 {
+        invalid_argument(format!(
+            "interval must not contain months or years (got {interval}): months vary in length"
+        ));
+    }
+    let micros = i64::from(interval.days()) * 86_400_000_000 + interval.micros();
+    if micros % 1_000_000 != 0 {
+        invalid_argument(format!("interval must be a whole number of seconds (got {interval})"));
+    }
+    let seconds = micros / 1_000_000;
+    if !(1..=MAX_EVERY_SECONDS).contains(&seconds) {
+        invalid_argument(format!("interval must be between 1 second and 366 days (got {interval})"));
+    }
+    format!("every {seconds} seconds")
+}

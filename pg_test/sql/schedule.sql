@@ -1,0 +1,187 @@
+-- Schedules as a psql user writes them: fire times, tasks, due firings, catch-up, overlap,
+-- retries and failure. docs/schedules.md states the rules these check.
+SET timezone = 'UTC';
+
+-- 5-field cron, 6-field with seconds, macros, fixed intervals.
+SELECT * FROM rendezvous.fire_times('*/15 * * * *', 'UTC', '2026-11-29 10:00:00+00', '2026-11-29 11:00:00+00');
+SELECT * FROM rendezvous.fire_times('*/20 * * * * *', 'UTC', '2026-11-29 10:00:00+00', '2026-11-29 10:01:00+00');
+SELECT * FROM rendezvous.fire_times('@daily', 'Europe/Berlin', '2026-11-29 00:00:00+00', '2026-12-01 00:00:00+00');
+SELECT * FROM rendezvous.fire_times('every 90 seconds', 'UTC', '2026-11-29 10:00:00+00', '2026-11-29 10:06:00+00');
+SELECT rendezvous.every('90 seconds'), rendezvous.every('1 day');
+-- Ranges, steps, lists and names.
+SELECT * FROM rendezvous.fire_times('0 9-17/4 * * mon-fri', 'UTC', '2026-11-27 00:00:00+00', '2026-11-30 23:59:59+00');
+SELECT * FROM rendezvous.fire_times('0 0 1,15 jan,jul *', 'UTC', '2026-01-01 00:00:00+00', '2026-12-31 00:00:00+00');
+-- Day of month and day of week together: either matches (the classic cron OR rule); + makes it AND.
+SELECT * FROM rendezvous.fire_times('0 0 13 * fri', 'UTC', '2026-02-01 00:00:00+00', '2026-03-31 00:00:00+00');
+SELECT * FROM rendezvous.fire_times('0 0 13 * +fri', 'UTC', '2026-01-01 00:00:00+00', '2026-12-31 00:00:00+00');
+
+-- Daylight saving, Europe/Berlin (2026-03-29 02:00 -> 03:00, 2026-10-25 03:00 -> 02:00):
+-- a daily 02:30 skipped by spring-forward runs at the first instant after the gap (03:00 CEST);
+-- at fall-back it runs once, at the first 02:30 (CEST).
+SELECT t AT TIME ZONE 'Europe/Berlin' AS berlin, t FROM rendezvous.fire_times('30 2 * * *', 'Europe/Berlin', '2026-03-27 12:00:00+00', '2026-03-31 12:00:00+00') t;
+SELECT t AT TIME ZONE 'Europe/Berlin' AS berlin, t FROM rendezvous.fire_times('30 2 * * *', 'Europe/Berlin', '2026-10-23 12:00:00+00', '2026-10-27 12:00:00+00') t;
+-- An interval-like pattern runs in both repeated hours at fall-back, and none is invented in the gap.
+SELECT t FROM rendezvous.fire_times('0,30 * * * *', 'Europe/Berlin', '2026-10-24 23:00:00+00', '2026-10-25 02:00:00+00') t;
+SELECT t FROM rendezvous.fire_times('0,30 * * * *', 'Europe/Berlin', '2026-03-28 23:00:00+00', '2026-03-29 02:00:00+00') t;
+-- America/New_York (2026-03-08 02:00 -> 03:00, 2026-11-01 02:00 -> 01:00).
+SELECT t AT TIME ZONE 'America/New_York' AS new_york, t FROM rendezvous.fire_times('0 2 * * *', 'America/New_York', '2026-03-06 12:00:00+00', '2026-03-10 12:00:00+00') t;
+SELECT t AT TIME ZONE 'America/New_York' AS new_york, t FROM rendezvous.fire_times('30 1 * * *', 'America/New_York', '2026-10-30 12:00:00+00', '2026-11-03 12:00:00+00') t;
+-- Intervals ignore zones: every 30 minutes is every 30 minutes through the fall-back hour.
+SELECT count(*) FROM rendezvous.fire_times('every 30 minutes', 'America/New_York', '2026-11-01 04:00:00+00', '2026-11-01 08:00:00+00');
+
+-- Bad input: clear errors, never a crash.
+SELECT regress.err($$SELECT rendezvous.fire_times(NULL, 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * *', NULL, now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * *', 'UTC', NULL, now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * *', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * * * *', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('61 * * * *', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('every 0 seconds', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('every 5 fortnights', 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * *', 'Mars/Olympus_Mons', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * *', '', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * *', 'UTC', 'infinity', now())$$);
+SELECT regress.err($$SELECT rendezvous.fire_times('* * * * * *', 'UTC', '2026-01-01', '2027-01-01')$$);
+SELECT regress.err($$SELECT rendezvous.fire_times(repeat('1', 2000), 'UTC', now(), now())$$);
+SELECT regress.err($$SELECT rendezvous.every('1 month')$$);
+SELECT regress.err($$SELECT rendezvous.every('1.5 seconds')$$);
+SELECT regress.err($$SELECT rendezvous.every(NULL)$$);
+-- A pattern that never matches gives no fire times.
+SELECT count(*) FROM rendezvous.fire_times('0 0 30 2 *', 'UTC', '2026-01-01', '2030-01-01');
+
+-- Tasks: created, idempotent, updated; the next fire time is after now, by the database clock.
+SELECT rendezvous.schedule_task('report', '0 0 * * *', 'Europe/Berlin') > clock_timestamp() AS next_in_future;
+SELECT rendezvous.schedule_task('report', '0 0 * * *', 'Europe/Berlin') = next_fire_at AS idempotent
+  FROM rendezvous.tasks WHERE task_id = 'report';
+SELECT task_id, schedule, time_zone, paused, overlap, catch_up, catch_up_window, lease, max_attempts, retry_backoff,
+       to_char(next_fire_at AT TIME ZONE 'Europe/Berlin', 'HH24:MI') AS local_next
+  FROM rendezvous.tasks;
+-- A changed policy keeps the next fire time; a changed schedule starts over.
+SELECT rendezvous.schedule_task('report', '0 0 * * *', 'Europe/Berlin', max_attempts => 5) IS NOT NULL AS updated;
+SELECT max_attempts FROM rendezvous.tasks WHERE task_id = 'report';
+SELECT rendezvous.schedule_task('report', '30 6 * * *', 'Europe/Berlin') > clock_timestamp() AS restarted;
+SELECT to_char(next_fire_at AT TIME ZONE 'Europe/Berlin', 'HH24:MI') AS local_time FROM rendezvous.tasks WHERE task_id = 'report';
+-- Bad tasks: nothing written.
+SELECT regress.err($$SELECT rendezvous.schedule_task('', '* * * * *')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task(NULL, '* * * * *')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task(repeat('t', 300), '* * * * *')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', 'often')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', 'Nowhere/Special')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '0 0 30 2 *')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', overlap => 'queue')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up => 'some')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up_window => '0')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', lease => '-1 s')$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', max_attempts => 0)$$);
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', retry_backoff => NULL)$$);
+SELECT count(*) AS bad_tasks FROM rendezvous.tasks WHERE task_id = 'bad';
+SELECT rendezvous.unschedule_task('report') AS removed, rendezvous.unschedule_task('report') AS again;
+
+-- Nothing is due before its time.
+SELECT rendezvous.schedule_task('minutely', '* * * * *') IS NOT NULL AS scheduled;
+SELECT count(*) AS due_now FROM rendezvous.due_firings();
+SELECT rendezvous.next_due_at() = (SELECT next_fire_at FROM rendezvous.tasks WHERE task_id = 'minutely') AS next_due;
+
+-- The whole fleet was down for ten hours (made so by moving the cursor back).
+-- catch_up = latest (the default): only the latest missed fire time runs; the others are counted as skipped.
+SELECT rendezvous.schedule_task('hourly-latest', '0 * * * *') IS NOT NULL AS scheduled;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('hour', now()) - interval '10 hours' WHERE task_id = 'hourly-latest';
+SELECT task_id, fire_at = date_trunc('hour', now()) AS latest, attempts, failures, lease
+  FROM rendezvous.due_firings() WHERE task_id = 'hourly-latest';
+SELECT skipped, last_skip_reason, next_fire_at = date_trunc('hour', now()) + interval '1 hour' AS next_is_next_hour
+  FROM rendezvous.tasks WHERE task_id = 'hourly-latest';
+-- A second poll makes nothing new; the firing stays due until claimed.
+SELECT count(*) AS still_one FROM rendezvous.due_firings() WHERE task_id = 'hourly-latest';
+SELECT count(*) AS firings FROM rendezvous.firings WHERE task_id = 'hourly-latest';
+-- catch_up = all: every fire time within the window runs (overlap allowed), older ones are skipped.
+SELECT rendezvous.schedule_task('hourly-all', '0 * * * *', catch_up => 'all', catch_up_window => '3 hours', overlap => 'allow') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('hour', now()) - interval '10 hours' WHERE task_id = 'hourly-all';
+SELECT date_trunc('hour', now()) - fire_at AS hours_ago FROM rendezvous.due_firings() WHERE task_id = 'hourly-all' ORDER BY fire_at;
+SELECT skipped, last_skip_reason FROM rendezvous.tasks WHERE task_id = 'hourly-all';
+-- ... but with overlap = skip only the first of them runs.
+SELECT rendezvous.schedule_task('hourly-all-serial', '0 * * * *', catch_up => 'all', catch_up_window => '3 hours') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('hour', now()) - interval '10 hours' WHERE task_id = 'hourly-all-serial';
+SELECT date_trunc('hour', now()) - fire_at AS hours_ago FROM rendezvous.due_firings() WHERE task_id = 'hourly-all-serial';
+SELECT skipped, last_skip_reason FROM rendezvous.tasks WHERE task_id = 'hourly-all-serial';
+-- catch_up = skip: a fire time older than the window never runs.
+SELECT rendezvous.schedule_task('daily-skip', '0 0 * * *', catch_up => 'skip', catch_up_window => '1 second') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('day', now()) - interval '3 days' WHERE task_id = 'daily-skip';
+SELECT count(*) AS runs FROM rendezvous.due_firings() WHERE task_id = 'daily-skip';
+SELECT skipped, last_skip_reason, next_fire_at = date_trunc('day', now()) + interval '1 day' AS next_is_tomorrow
+  FROM rendezvous.tasks WHERE task_id = 'daily-skip';
+
+-- A due firing is claimed like any other; the claim takes the pending row (token 1).
+SELECT claimed, holder, token FROM rendezvous.claim_firing('hourly-latest', date_trunc('hour', now()), 'host-a', '1 hour');
+SELECT count(*) AS due_after_claim FROM rendezvous.due_firings() WHERE task_id = 'hourly-latest';
+-- Overlap = skip: while a firing runs, the next fire times are skipped, and recorded.
+SELECT rendezvous.schedule_task('secondly', '* * * * * *') IS NOT NULL AS scheduled;
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '5 seconds' WHERE task_id = 'secondly';
+SELECT count(*) AS one_runs FROM rendezvous.due_firings() WHERE task_id = 'secondly';
+SELECT claimed, holder, token FROM rendezvous.claim_firing('secondly', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'secondly'), 'host-a', '1 hour');
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '2 seconds', skipped = 0 WHERE task_id = 'secondly';
+SELECT count(*) AS due_while_running FROM rendezvous.due_firings() WHERE task_id = 'secondly';
+SELECT skipped > 0 AS skipped, last_skip_reason FROM rendezvous.tasks WHERE task_id = 'secondly';
+SELECT task_id, running, holders, pending, retrying, failed, last_skip_reason FROM rendezvous.status_tasks
+ WHERE task_id = 'secondly';
+
+-- Failure: retried after the backoff (doubling), then failed for good after max_attempts.
+SELECT rendezvous.schedule_task('flaky', 'every 1 hour', max_attempts => 2, retry_backoff => '1 hour') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('hour', now()) WHERE task_id = 'flaky';
+SELECT count(*) FROM rendezvous.due_firings() WHERE task_id = 'flaky';
+SELECT claimed, token FROM rendezvous.claim_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 'host-a');
+SELECT recorded, retry_at - clock_timestamp() BETWEEN interval '59 minutes' AND interval '1 hour' AS retry_in_an_hour
+  FROM rendezvous.fail_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 1, 'connection refused');
+-- The failed attempt's token is done: it completes, renews and fences nothing.
+SELECT rendezvous.complete_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 1) AS stale_complete;
+SELECT regexp_replace(regress.err($$SELECT rendezvous.assert_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 1)$$), 'flaky:[^ ]*', 'flaky:…') AS err;
+SELECT recorded FROM rendezvous.fail_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 1, 'again');
+-- Not claimable during the backoff; not due either.
+SELECT claimed, holder FROM rendezvous.claim_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 'host-b');
+SELECT count(*) AS due_in_backoff FROM rendezvous.due_firings() WHERE task_id = 'flaky';
+SELECT state, failures, last_error FROM rendezvous.status_firings WHERE task_id = 'flaky';
+-- The backoff over (moved), the retry is claimed with the next token and fails for good.
+UPDATE rendezvous.firings SET lease_until = now() WHERE task_id = 'flaky';
+SELECT count(*) AS due_for_retry FROM rendezvous.due_firings() WHERE task_id = 'flaky';
+SELECT claimed, holder, token FROM rendezvous.claim_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 'host-b');
+SELECT recorded, retry_at FROM rendezvous.fail_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 2, 'disk full');
+SELECT claimed, completed, lease_until FROM rendezvous.claim_firing('flaky', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'flaky'), 'host-c');
+SELECT state, failures, attempts, last_error FROM rendezvous.status_firings WHERE task_id = 'flaky';
+SELECT task_id, failed, last_error FROM rendezvous.status_tasks WHERE task_id = 'flaky';
+SELECT regress.err($$SELECT rendezvous.fail_firing('flaky', now(), NULL)$$);
+-- A firing of no scheduled task fails for good at once.
+SELECT claimed FROM rendezvous.claim_firing('adhoc', '2026-01-01', 'host-a');
+SELECT recorded, retry_at FROM rendezvous.fail_firing('adhoc', '2026-01-01', 1, 'boom');
+
+-- Pause, resume, unschedule.
+SELECT rendezvous.pause_task('minutely'), rendezvous.pause_task('minutely');
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '1 hour' WHERE task_id = 'minutely';
+SELECT count(*) AS due_while_paused FROM rendezvous.due_firings() WHERE task_id = 'minutely';
+SELECT rendezvous.resume_task('minutely') > clock_timestamp() AS resumes_in_future;
+SELECT count(*) AS missed_while_paused_do_not_run FROM rendezvous.due_firings() WHERE task_id = 'minutely';
+SELECT regress.err($$SELECT rendezvous.pause_task('nope')$$);
+SELECT regress.err($$SELECT rendezvous.resume_task('nope')$$);
+SELECT regress.err($$SELECT rendezvous.due_firings(0)$$);
+SELECT regress.err($$SELECT rendezvous.due_firings(NULL)$$);
+-- Unscheduling removes the task's pending firings, keeps the history.
+SELECT rendezvous.unschedule_task('hourly-all') AS removed;
+SELECT count(*) AS pending_left FROM rendezvous.firings WHERE task_id = 'hourly-all';
+
+-- Who may do what: hosts schedule and run tasks; only admins pause, resume and unschedule.
+SET ROLE rendezvous_host;
+SELECT rendezvous.schedule_task('from-a-host', '@hourly') IS NOT NULL AS host_schedules;
+SELECT count(*) >= 0 AS host_polls FROM rendezvous.due_firings();
+SELECT regress.err($$SELECT rendezvous.pause_task('from-a-host')$$);
+SELECT regress.err($$SELECT rendezvous.unschedule_task('from-a-host')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.tasks$$);
+RESET ROLE;
+SET ROLE rendezvous_observer;
+SELECT count(*) > 0 AS observer_sees_tasks FROM rendezvous.status_tasks;
+SELECT regress.err($$SELECT rendezvous.due_firings()$$);
+RESET ROLE;
+SET ROLE rendezvous_admin;
+SELECT rendezvous.pause_task('from-a-host'), rendezvous.unschedule_task('from-a-host') AS admin_unschedules;
+RESET ROLE;
+
+DELETE FROM rendezvous.firings;
+DELETE FROM rendezvous.tasks;
