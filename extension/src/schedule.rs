@@ -95,7 +95,7 @@ fn parse_every(rest: &str) -> Result<i64, String> {
         _ => return Err(bad()),
     };
     match n.checked_mul(unit_seconds) {
-        Some(s) if s >= 1 && s <= MAX_EVERY_SECONDS => Ok(s),
+        Some(s) if (1..=MAX_EVERY_SECONDS).contains(&s) => Ok(s),
         _ => Err(format!("schedule \"every {rest}\": the interval must be between 1 second and 366 days")),
     }
 }
