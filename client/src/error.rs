@@ -44,6 +44,10 @@ pub enum Error {
     /// (pgbouncer `pool_mode = transaction`) shares server sessions between clients.
     #[error("leader election needs a dedicated server session, and this connection does not give one ({0}); connect directly or through a session-mode pooler")]
     PoolerDetected(String),
+    /// A firing's claim is no longer this holder's: its lease ran out and another host took
+    /// the firing over, so its writes were not committed.
+    #[error("claim lost: {0}")]
+    ClaimLost(String),
     /// A background task panicked or was cancelled.
     #[error("background task failed: {0}")]
     TaskFailed(String),

@@ -2,7 +2,7 @@
 //!
 //! Stateless calls take `&impl GenericClient`, so they work on a plain client, inside the
 //! caller's own transaction, or on a pooled connection. Long-lived pieces ([`Membership`],
-//! [`LeaderElector`], [`Dispatcher`]) own a dedicated connection and a background task, and
+//! [`LeaderElector`], [`Scheduler`], [`Dispatcher`]) own a dedicated connection and a background task, and
 //! stop with `shutdown().await`.
 //!
 //! The HRW algorithm is the same code the extension runs ([`hrw`]), so a host can compute
@@ -16,7 +16,8 @@
 //! | idempotent run admission | [`spawn_run`], and the rest of [`admission`] |
 //! | membership heartbeat, live set | [`Membership`], and the rest of [`membership`] |
 //! | one leader per group | [`LeaderElector`], and the rest of [`leader`] |
-//! | exactly-once firing claims | [`Dispatcher`], and the rest of [`firing`] |
+//! | recurring tasks on the database's clock | [`Scheduler`], and the rest of [`schedule`] |
+//! | exactly-once claims of firings you compute | [`Dispatcher`], and the rest of [`firing`] |
 //! | local HRW lookups | [`HostSet`] ([`hrw`]) |
 //!
 //! The crate root re-exports every public type and the main entry point of each module; the
@@ -55,6 +56,7 @@ pub mod firing;
 pub mod hrw;
 pub mod leader;
 pub mod membership;
+pub mod schedule;
 pub mod signals;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs
 // and free to change in any release. It stays reachable (rather than `pub(crate)`) because the
@@ -69,6 +71,10 @@ pub use firing::{Clock, DispatchReport, Dispatcher, DispatcherOptions, Firing, F
 pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
 pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
+pub use schedule::{
+    CatchUp, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, ShutdownReport,
+    TaskSpec,
+};
 pub use tokio_postgres;
 
 use tokio_postgres::GenericClient;

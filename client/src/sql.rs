@@ -152,6 +152,37 @@ statements! {
     FIRING_STATUS = "SELECT s.claimed, s.completed, extract(epoch FROM s.lease_remaining)::float8 AS lease_remaining
        FROM rendezvous.firing_states($1::text[], $2::timestamptz[]) s ORDER BY s.ord"
         (TEXT_ARRAY, TIMESTAMPTZ_ARRAY) -> ("claimed": BOOL, "completed": BOOL, "lease_remaining": FLOAT8);
+
+    /// Create or update a task: `$1` task, `$2` schedule, `$3` time zone, `$4` overlap,
+    /// `$5` catch-up, `$6` catch-up window and `$7` lease (seconds), `$8` max attempts, `$9` retry backoff (seconds).
+    SCHEDULE_TASK = "SELECT rendezvous.schedule_task($1::text, $2::text, $3::text, $4::text, $5::text,
+           pg_catalog.make_interval(secs => $6::float8), pg_catalog.make_interval(secs => $7::float8), $8::int4,
+           pg_catalog.make_interval(secs => $9::float8))"
+        (TEXT, TEXT, TEXT, TEXT, TEXT, FLOAT8, FLOAT8, INT4, FLOAT8) -> ("schedule_task": TIMESTAMPTZ);
+    /// `$1` task.
+    UNSCHEDULE_TASK = "SELECT rendezvous.unschedule_task($1::text)"
+        (TEXT) -> ("unschedule_task": BOOL);
+    /// `$1` task.
+    PAUSE_TASK = "SELECT rendezvous.pause_task($1::text)"
+        (TEXT) -> ("pause_task": VOID);
+    /// `$1` task.
+    RESUME_TASK = "SELECT rendezvous.resume_task($1::text)"
+        (TEXT) -> ("resume_task": TIMESTAMPTZ);
+    /// Fire times: `$1` schedule, `$2` time zone, `$3` after, `$4` until.
+    FIRE_TIMES = "SELECT t FROM rendezvous.fire_times($1::text, $2::text, $3::timestamptz, $4::timestamptz) t"
+        (TEXT, TEXT, TIMESTAMPTZ, TIMESTAMPTZ) -> ("t": TIMESTAMPTZ);
+    /// The firings claimable now, with the database clock: `$1` at most this many.
+    DUE_FIRINGS = "SELECT d.task_id, d.fire_at, d.claimable_since, d.attempts, d.failures,
+           extract(epoch FROM d.lease)::float8 AS lease, pg_catalog.clock_timestamp() AS db_now
+       FROM rendezvous.due_firings($1::int4) d"
+        (INT4) -> ("task_id": TEXT, "fire_at": TIMESTAMPTZ, "claimable_since": TIMESTAMPTZ, "attempts": INT4,
+            "failures": INT4, "lease": FLOAT8, "db_now": TIMESTAMPTZ);
+    /// The database clock and when a scheduled firing may next become claimable.
+    NEXT_DUE = "SELECT pg_catalog.clock_timestamp() AS db_now, rendezvous.next_due_at() AS next_due_at"
+        () -> ("db_now": TIMESTAMPTZ, "next_due_at": TIMESTAMPTZ);
+    /// A failed attempt: `$1` task, `$2` fire_at, `$3` token, `$4` error.
+    FAIL_FIRING = "SELECT recorded, retry_at FROM rendezvous.fail_firing($1::text, $2::timestamptz, $3::int8, $4::text)"
+        (TEXT, TIMESTAMPTZ, INT8, TEXT) -> ("recorded": BOOL, "retry_at": TIMESTAMPTZ);
 }
 
 #[cfg(test)]

@@ -254,7 +254,8 @@ $$;
 -- under a live lease, not waiting out a retry backoff, of tasks that are not paused. Makes the
 -- firings that have come due first. Oldest first, at most max_firings.
 CREATE FUNCTION rendezvous.due_firings(max_firings integer DEFAULT 1000)
-RETURNS TABLE (task_id text, fire_at timestamptz, attempts integer, failures integer, lease interval)
+RETURNS TABLE (task_id text, fire_at timestamptz, claimable_since timestamptz, attempts integer, failures integer,
+               lease interval)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -270,7 +271,7 @@ BEGIN
     END IF;
     PERFORM rendezvous._make_due_firings(now_, due_firings.max_firings);
     RETURN QUERY
-        SELECT f.task_id, f.fire_at, f.attempts, f.failures, t.lease
+        SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease
           FROM rendezvous.firings f
           JOIN rendezvous.tasks t ON t.task_id = f.task_id
          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.lease_until <= now_ AND NOT t.paused
@@ -279,7 +280,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
-    'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies; with each task''s lease.';
+    'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
 
 -- When something may next become claimable: the earliest next fire time of an active task, or
 -- the end of a lease or retry backoff of an unfinished firing. A scheduler sleeps until then.

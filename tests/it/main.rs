@@ -7,5 +7,6 @@ mod hrw;
 mod leader;
 mod membership;
 mod roles;
+mod schedule;
 mod signals;
 mod sweep;

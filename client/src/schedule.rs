@@ -1,0 +1,1272 @@
+//! Recurring tasks on the database's clock, run once across the fleet: the [`Scheduler`], and
+//! the SQL calls it is made of.
+//!
+//! Schedules live in the database (`rendezvous.schedule_task`); the database decides when a
+//! firing is due (`rendezvous.due_firings`, its clock, the task's catch-up and overlap
+//! policies) and who runs it (the claim). The HRW rank only decides who *tries* first: the
+//! top-ranked live host claims a due firing at once, the next after one `rank_delay`, and so
+//! on, so a dead host's firings are picked up without a herd. docs/schedules.md has the rules.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use rendezvous_client::{Job, Scheduler, TaskSpec};
+//!
+//! # async fn run() -> rendezvous_client::Result<()> {
+//! let scheduler = Scheduler::builder("postgres://app@db.internal/app", "host-1")
+//!     .task(TaskSpec::new("nightly-report", "0 0 * * *").with_time_zone("Europe/Berlin"), |mut job: Job| async move {
+//!         // Effects and completion in one transaction, fenced by the claim's token.
+//!         let tx = job.transaction().await?;
+//!         tx.execute("INSERT INTO reports (day) VALUES (current_date)", &[]).await?;
+//!         tx.complete().await?;
+//!         Ok::<_, rendezvous_client::Error>(())
+//!     })
+//!     .start()
+//!     .await?;
+//! // ... until the service stops:
+//! let report = scheduler.shutdown(Duration::from_secs(10)).await?;
+//! println!("{} firings released to other hosts", report.released);
+//! # Ok(())
+//! # }
+//! ```
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures_util::FutureExt;
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Client, GenericClient, Transaction};
+
+use crate::firing::{self, Clock, Firing};
+use crate::hrw::HostSet;
+use crate::membership::{self, DEFAULT_STALENESS};
+use crate::{signals, sql, Error, Result};
+
+/// What a task does with a firing whose previous one is still unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overlap {
+    /// Run it anyway, beside the previous one.
+    Allow,
+    /// Do not run it; it is counted in the task's `skipped` (the default).
+    #[default]
+    Skip,
+}
+
+/// Which missed fire times run after the whole fleet was down (or a task was behind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CatchUp {
+    /// Only the latest missed fire time runs (the default).
+    #[default]
+    Latest,
+    /// Every missed fire time within the task's catch-up window runs, oldest first.
+    All,
+    /// A missed fire time runs only if it is within the catch-up window; older ones never.
+    Skip,
+}
+
+impl Overlap {
+    fn as_sql(self) -> &'static str {
+        match self {
+            Overlap::Allow => "allow",
+            Overlap::Skip => "skip",
+        }
+    }
+}
+
+impl CatchUp {
+    fn as_sql(self) -> &'static str {
+        match self {
+            CatchUp::Latest => "latest",
+            CatchUp::All => "all",
+            CatchUp::Skip => "skip",
+        }
+    }
+}
+
+/// A recurring task's definition, as `rendezvous.schedule_task` takes it.
+///
+/// ```
+/// use std::time::Duration;
+/// use rendezvous_client::{CatchUp, TaskSpec};
+///
+/// let spec = TaskSpec::new("nightly-report", "0 0 * * *")
+///     .with_time_zone("Europe/Berlin")
+///     .with_catch_up(CatchUp::Latest)
+///     .with_max_attempts(5);
+/// let every = TaskSpec::every("sync", Duration::from_secs(30));
+/// assert_eq!(every.schedule, "every 30 seconds");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TaskSpec {
+    /// The task's id.
+    pub task_id: String,
+    /// 5-field cron (minute first), 6-field cron (seconds first), a macro (`@hourly`, `@daily`,
+    /// …) or `every <n> seconds|minutes|hours|days`.
+    pub schedule: String,
+    /// IANA time zone the cron fields are read in. Default `UTC`.
+    pub time_zone: String,
+    /// Default [`Overlap::Skip`].
+    pub overlap: Overlap,
+    /// Default [`CatchUp::Latest`].
+    pub catch_up: CatchUp,
+    /// How far back [`CatchUp::All`] and [`CatchUp::Skip`] reach. Default 1 hour.
+    pub catch_up_window: Duration,
+    /// The lease of each claim (renewed while the handler runs). Default 5 min.
+    pub lease: Duration,
+    /// Failed attempts before a firing is failed for good. Default 3.
+    pub max_attempts: i32,
+    /// Wait before the first retry, doubling with each failure (at most 1 hour). Default 10 s.
+    pub retry_backoff: Duration,
+}
+
+impl TaskSpec {
+    /// A task on a cron schedule (or any schedule text the extension takes), in UTC.
+    pub fn new(task_id: impl Into<String>, schedule: impl Into<String>) -> TaskSpec {
+        TaskSpec {
+            task_id: task_id.into(),
+            schedule: schedule.into(),
+            time_zone: "UTC".into(),
+            overlap: Overlap::default(),
+            catch_up: CatchUp::default(),
+            catch_up_window: Duration::from_secs(3600),
+            lease: Duration::from_secs(300),
+            max_attempts: 3,
+            retry_backoff: Duration::from_secs(10),
+        }
+    }
+
+    /// A task every `period` (whole seconds), counted from the Unix epoch.
+    pub fn every(task_id: impl Into<String>, period: Duration) -> TaskSpec {
+        TaskSpec::new(task_id, format!("every {} seconds", period.as_secs()))
+    }
+
+    /// Sets [`time_zone`](Self::time_zone).
+    #[must_use]
+    pub fn with_time_zone(mut self, time_zone: impl Into<String>) -> Self {
+        self.time_zone = time_zone.into();
+        self
+    }
+
+    /// Sets [`overlap`](Self::overlap).
+    #[must_use]
+    pub fn with_overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Sets [`catch_up`](Self::catch_up).
+    #[must_use]
+    pub fn with_catch_up(mut self, catch_up: CatchUp) -> Self {
+        self.catch_up = catch_up;
+        self
+    }
+
+    /// Sets [`catch_up_window`](Self::catch_up_window).
+    #[must_use]
+    pub fn with_catch_up_window(mut self, window: Duration) -> Self {
+        self.catch_up_window = window;
+        self
+    }
+
+    /// Sets [`lease`](Self::lease).
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets [`max_attempts`](Self::max_attempts).
+    #[must_use]
+    pub fn with_max_attempts(mut self, max_attempts: i32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets [`retry_backoff`](Self::retry_backoff).
+    #[must_use]
+    pub fn with_retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+}
+
+/// Creates or updates a task (idempotent); returns its next fire time. Bad schedules, unknown
+/// zones and bad policies fail with SQLSTATE 22023 (22004 for a missing value).
+pub async fn schedule_task(client: &impl GenericClient, spec: &TaskSpec) -> Result<SystemTime> {
+    crate::check_id("task_id", &spec.task_id)?;
+    let row = client
+        .query_one(
+            sql::SCHEDULE_TASK,
+            &[
+                &spec.task_id,
+                &spec.schedule,
+                &spec.time_zone,
+                &spec.overlap.as_sql(),
+                &spec.catch_up.as_sql(),
+                &spec.catch_up_window.as_secs_f64(),
+                &spec.lease.as_secs_f64(),
+                &spec.max_attempts,
+                &spec.retry_backoff.as_secs_f64(),
+            ],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Removes a task and its pending firings; true when it existed (needs `rendezvous_admin`).
+pub async fn unschedule_task(client: &impl GenericClient, task_id: &str) -> Result<bool> {
+    Ok(client.query_one(sql::UNSCHEDULE_TASK, &[&task_id]).await?.get(0))
+}
+
+/// Stops new firings of a task (idempotent; needs `rendezvous_admin`). SQLSTATE P0002 when
+/// there is no such task.
+pub async fn pause_task(client: &impl GenericClient, task_id: &str) -> Result<()> {
+    client.execute(sql::PAUSE_TASK, &[&task_id]).await?;
+    Ok(())
+}
+
+/// Resumes a paused task from its next fire time after now, which it returns (idempotent;
+/// needs `rendezvous_admin`).
+pub async fn resume_task(client: &impl GenericClient, task_id: &str) -> Result<Option<SystemTime>> {
+    Ok(client.query_one(sql::RESUME_TASK, &[&task_id]).await?.get(0))
+}
+
+/// The fire times of `schedule` in `time_zone` after `after`, up to `until` (inclusive), as the
+/// extension evaluates them.
+pub async fn fire_times(
+    client: &impl GenericClient,
+    schedule: &str,
+    time_zone: &str,
+    after: SystemTime,
+    until: SystemTime,
+) -> Result<Vec<SystemTime>> {
+    let rows = client.query(sql::FIRE_TIMES, &[&schedule, &time_zone, &after, &until]).await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// A firing that can be claimed now, as `rendezvous.due_firings` reports it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DueFiring {
+    /// The firing.
+    pub firing: Firing,
+    /// Since when it can be claimed (database clock): its fire time, or the end of the last
+    /// lease or retry backoff.
+    pub claimable_since: SystemTime,
+    /// Claims so far.
+    pub attempts: i32,
+    /// Failed attempts so far.
+    pub failures: i32,
+    /// Its task's lease.
+    pub lease: Duration,
+}
+
+/// The firings claimable now by the database clock (after it made the ones that came due), and
+/// the database's clock reading.
+pub async fn due_firings(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFiring>, SystemTime)> {
+    let rows = client.query(sql::DUE_FIRINGS, &[&max]).await?;
+    let mut db_now = None;
+    let due = rows
+        .iter()
+        .map(|r| {
+            db_now = Some(r.get::<_, SystemTime>(6));
+            DueFiring {
+                firing: Firing::new(r.get::<_, String>(0), r.get(1)),
+                claimable_since: r.get(2),
+                attempts: r.get(3),
+                failures: r.get(4),
+                lease: Duration::from_secs_f64(r.get::<_, f64>(5).max(0.001)),
+            }
+        })
+        .collect();
+    let db_now = match db_now {
+        Some(t) => t,
+        None => client.query_one(sql::CLOCK, &[]).await?.get(0),
+    };
+    Ok((due, db_now))
+}
+
+/// The database clock, and when a scheduled firing may next become claimable (`None`: nothing
+/// scheduled).
+pub async fn next_due_at(client: &impl GenericClient) -> Result<(SystemTime, Option<SystemTime>)> {
+    let row = client.query_one(sql::NEXT_DUE, &[]).await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// What [`fail_firing`] recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// It will be claimable again at this instant (database clock).
+    RetryAt(SystemTime),
+    /// It failed for good: max attempts reached (or a firing of no scheduled task).
+    Failed,
+    /// Nothing recorded: the token was stale or the firing finished.
+    Stale,
+}
+
+/// Records a failed attempt of a claimed firing (retried with backoff up to the task's max
+/// attempts, then failed for good). `error` is kept (its first 2,000 characters) for operators.
+pub async fn fail_firing(
+    client: &impl GenericClient,
+    firing: &Firing,
+    token: i64,
+    error: &str,
+) -> Result<FailOutcome> {
+    let row = client.query_one(sql::FAIL_FIRING, &[&firing.task_id, &firing.fire_at, &token, &error]).await?;
+    let recorded: bool = row.get(0);
+    let retry_at: Option<SystemTime> = row.get(1);
+    Ok(match (recorded, retry_at) {
+        (false, _) => FailOutcome::Stale,
+        (true, Some(at)) => FailOutcome::RetryAt(at),
+        (true, None) => FailOutcome::Failed,
+    })
+}
+
+/// The error type handlers return: anything that converts into a boxed error.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+type HandlerFn =
+    dyn Fn(Job) -> Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send>> + Send + Sync;
+
+/// Settings for a [`Scheduler`].
+///
+/// Non-exhaustive (later versions may add settings): start from [`Default`] and change what
+/// you need with the `with_*` methods.
+///
+/// ```
+/// use std::time::Duration;
+/// use rendezvous_client::SchedulerOptions;
+///
+/// let options = SchedulerOptions::default().with_max_concurrent(4).with_rank_delay(Duration::from_millis(200));
+/// assert_eq!(options.max_concurrent, 4);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SchedulerOptions {
+    /// Longest sleep between two looks at the database. The scheduler also wakes when the
+    /// database says the next firing is due. Default 1 s.
+    pub poll: Duration,
+    /// The host ranked r for a firing tries it r × `rank_delay` after it became claimable.
+    /// Default 500 ms.
+    pub rank_delay: Duration,
+    /// Firings run at once (one pooled connection each). Default 16.
+    pub max_concurrent: usize,
+    /// Time between membership heartbeats. Default 2 s.
+    pub heartbeat: Duration,
+    /// Staleness of the live set the ranks are computed over. Default 10 s.
+    pub staleness: Duration,
+    /// This host's weight in the live set. Default 1.
+    pub weight: f64,
+    /// Longest wait between two reconnection attempts (they start at 100 ms and double, with
+    /// jitter). Default 5 s.
+    pub max_backoff: Duration,
+    /// How this host reads "now" for its rank delays (correctness never depends on it).
+    pub clock: Clock,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            poll: Duration::from_secs(1),
+            rank_delay: Duration::from_millis(500),
+            max_concurrent: 16,
+            heartbeat: Duration::from_secs(2),
+            staleness: DEFAULT_STALENESS,
+            weight: 1.0,
+            max_backoff: Duration::from_secs(5),
+            clock: Clock::Database,
+        }
+    }
+}
+
+impl SchedulerOptions {
+    /// Sets [`poll`](Self::poll).
+    #[must_use]
+    pub fn with_poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    /// Sets [`rank_delay`](Self::rank_delay).
+    #[must_use]
+    pub fn with_rank_delay(mut self, rank_delay: Duration) -> Self {
+        self.rank_delay = rank_delay;
+        self
+    }
+
+    /// Sets [`max_concurrent`](Self::max_concurrent).
+    #[must_use]
+    pub fn with_max_concurrent(mut self, max_concurrent: usize) -> Self {
+        self.max_concurrent = max_concurrent;
+        self
+    }
+
+    /// Sets [`heartbeat`](Self::heartbeat).
+    #[must_use]
+    pub fn with_heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// Sets [`staleness`](Self::staleness).
+    #[must_use]
+    pub fn with_staleness(mut self, staleness: Duration) -> Self {
+        self.staleness = staleness;
+        self
+    }
+
+    /// Sets [`weight`](Self::weight).
+    #[must_use]
+    pub fn with_weight(mut self, weight: f64) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// Sets [`max_backoff`](Self::max_backoff).
+    #[must_use]
+    pub fn with_max_backoff(mut self, max_backoff: Duration) -> Self {
+        self.max_backoff = max_backoff;
+        self
+    }
+
+    /// Sets [`clock`](Self::clock).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// Counts of what a [`Scheduler`] did so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SchedulerStats {
+    /// Claims won.
+    pub claimed: u64,
+    /// Claim attempts lost (another host was first): wasted work.
+    pub lost_claims: u64,
+    /// Firings completed here.
+    pub completed: u64,
+    /// Completions refused: the lease had run out and another host took over.
+    pub stale_completions: u64,
+    /// Failed attempts recorded (each is retried, or failed for good).
+    pub failed_attempts: u64,
+    /// Failed attempts that were the last one: failed for good.
+    pub failed_for_good: u64,
+    /// Claims given back unfinished at shutdown.
+    pub released: u64,
+    /// New control connections after one was lost.
+    pub reconnects: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU64,
+    lost_claims: AtomicU64,
+    completed: AtomicU64,
+    stale_completions: AtomicU64,
+    failed_attempts: AtomicU64,
+    failed_for_good: AtomicU64,
+    released: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> SchedulerStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        SchedulerStats {
+            claimed: g(&self.claimed),
+            lost_claims: g(&self.lost_claims),
+            completed: g(&self.completed),
+            stale_completions: g(&self.stale_completions),
+            failed_attempts: g(&self.failed_attempts),
+            failed_for_good: g(&self.failed_for_good),
+            released: g(&self.released),
+            reconnects: g(&self.reconnects),
+        }
+    }
+}
+
+/// What [`Scheduler::shutdown`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Firings that finished within the deadline.
+    pub finished: u64,
+    /// Firings cut off at the deadline and released, so the next host takes them at once.
+    pub released: u64,
+}
+
+/// Idle connections for handlers, one per running firing at most.
+struct Pool {
+    url: String,
+    application_name: String,
+    idle: Mutex<Vec<Client>>,
+}
+
+impl Pool {
+    async fn get(&self) -> Result<Client> {
+        loop {
+            let next = self.idle.lock().expect("pool lock").pop();
+            match next {
+                Some(c) if !c.is_closed() => return Ok(c),
+                Some(_) => continue,
+                None => return crate::connect_as(&self.url, &self.application_name).await,
+            }
+        }
+    }
+
+    fn put(&self, client: Client) {
+        if !client.is_closed() {
+            self.idle.lock().expect("pool lock").push(client);
+        }
+    }
+}
+
+/// One shared connection for lease renewals, completions and failures (never the handlers'
+/// transactions), reconnected when lost.
+struct Side {
+    url: String,
+    application_name: String,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+}
+
+impl Side {
+    async fn get(&self) -> Result<Arc<Client>> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(crate::connect_as(&self.url, &self.application_name).await?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Runs `call` on the side connection, reconnecting and trying again (three times in all)
+    /// when the connection was lost.
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut last = None;
+        for attempt in 0..3u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+            let client = match self.get().await {
+                Ok(c) => c,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            match call(client.clone()).await {
+                Err(e) if client.is_closed() => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+}
+
+struct Shared {
+    url: String,
+    host_id: String,
+    options: SchedulerOptions,
+    tasks: Vec<TaskSpec>,
+    handlers: HashMap<String, Arc<HandlerFn>>,
+    pool: Pool,
+    side: Side,
+    counters: Counters,
+    /// Firings running here, by key: what shutdown releases if they do not finish.
+    running: Mutex<HashMap<String, (Firing, i64)>>,
+    slots: Arc<Semaphore>,
+    /// Woken when a firing finishes (a slot is free).
+    finished: Notify,
+}
+
+/// A claimed firing, handed to its task's handler: the firing, its claim's token, and a
+/// pooled connection for the handler's writes.
+pub struct Job {
+    firing: Firing,
+    key: String,
+    token: i64,
+    attempt: i32,
+    host_id: String,
+    client: Option<Client>,
+    shared: Arc<Shared>,
+    completed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("key", &self.key).field("token", &self.token).finish_non_exhaustive()
+    }
+}
+
+impl Job {
+    /// The firing.
+    pub fn firing(&self) -> &Firing {
+        &self.firing
+    }
+
+    /// The firing's canonical key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// This claim's token: fence database writes with it ([`Job::transaction`] does).
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    /// Which attempt this is (1 for the first claim; takeovers and retries count up).
+    pub fn attempt(&self) -> i32 {
+        self.attempt
+    }
+
+    /// The host running it.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// A key for external calls that must not repeat within this claim: `<firing key>#<token>`.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}#{}", self.key, self.token)
+    }
+
+    /// The job's connection, for reads and writes outside the fenced transaction.
+    pub fn client(&self) -> &Client {
+        self.client.as_ref().expect("a job holds its connection until dropped")
+    }
+
+    /// Begins a transaction on the job's connection whose [`FencedTransaction::complete`]
+    /// checks the token, marks the firing done and commits, all at once: the handler's writes
+    /// commit if and only if its claim is still current.
+    pub async fn transaction(&mut self) -> Result<FencedTransaction<'_>> {
+        let client = self.client.as_mut().expect("a job holds its connection until dropped");
+        let tx = client.transaction().await?;
+        Ok(FencedTransaction {
+            tx,
+            firing: self.firing.clone(),
+            token: self.token,
+            completed: self.completed.clone(),
+        })
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            self.shared.pool.put(c);
+        }
+    }
+}
+
+/// A transaction on a [`Job`]'s connection (use it as a [`Transaction`]), ended by
+/// [`complete`](Self::complete), or rolled back when dropped.
+pub struct FencedTransaction<'a> {
+    tx: Transaction<'a>,
+    firing: Firing,
+    token: i64,
+    completed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for FencedTransaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencedTransaction").field("firing", &self.firing).field("token", &self.token).finish()
+    }
+}
+
+impl<'a> std::ops::Deref for FencedTransaction<'a> {
+    type Target = Transaction<'a>;
+
+    fn deref(&self) -> &Transaction<'a> {
+        &self.tx
+    }
+}
+
+impl FencedTransaction<'_> {
+    /// Checks the token (SQLSTATE RZ001 if another host took the firing over), marks the
+    /// firing completed and commits the transaction with it.
+    pub async fn complete(self) -> Result<()> {
+        firing::assert_firing(&self.tx, &self.firing, self.token).await?;
+        if !firing::complete_firing(&self.tx, &self.firing, self.token).await? {
+            return Err(Error::ClaimLost(format!(
+                "token {} no longer holds {}: another host took it over",
+                self.token,
+                self.firing.key()?
+            )));
+        }
+        self.tx.commit().await?;
+        self.completed.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Builds a [`Scheduler`]: its tasks (schedules registered at start, idempotently) and
+/// handlers.
+pub struct SchedulerBuilder {
+    url: String,
+    host_id: String,
+    options: SchedulerOptions,
+    tasks: Vec<TaskSpec>,
+    handlers: HashMap<String, Arc<HandlerFn>>,
+}
+
+impl std::fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("host_id", &self.host_id)
+            .field("tasks", &self.tasks)
+            .field("handlers", &self.handlers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerBuilder {
+    /// Sets the options.
+    #[must_use]
+    pub fn options(mut self, options: SchedulerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// A task this host schedules (at start, and again after each reconnection: idempotent)
+    /// and runs with `handler`.
+    #[must_use]
+    pub fn task<H, Fut, E>(mut self, spec: TaskSpec, handler: H) -> Self
+    where
+        H: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let id = spec.task_id.clone();
+        self.tasks.retain(|t| t.task_id != id);
+        self.tasks.push(spec);
+        self.handler(id, handler)
+    }
+
+    /// A handler for a task scheduled elsewhere (in SQL, or by another service).
+    #[must_use]
+    pub fn handler<H, Fut, E>(mut self, task_id: impl Into<String>, handler: H) -> Self
+    where
+        H: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let f: Arc<HandlerFn> = Arc::new(move |job| {
+            let fut = handler(job);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        self.handlers.insert(task_id.into(), f);
+        self
+    }
+
+    /// Connects, checks the extension, registers the tasks, joins the membership and starts
+    /// the scheduling loop. Configuration errors (bad schedules, unreachable database) fail
+    /// here; after this, connection losses are retried by themselves.
+    pub async fn start(self) -> Result<Scheduler> {
+        crate::check_id("host_id", &self.host_id)?;
+        let o = &self.options;
+        if o.poll.is_zero() || o.max_concurrent == 0 || o.heartbeat.is_zero() || o.staleness.is_zero() {
+            return Err(Error::InvalidArgument(
+                "poll, max_concurrent, heartbeat and staleness must be greater than zero".into(),
+            ));
+        }
+        if o.heartbeat >= o.staleness {
+            return Err(Error::InvalidArgument(format!(
+                "heartbeat ({:?}) must be shorter than staleness ({:?}), or the host drops out of its own live set",
+                o.heartbeat, o.staleness
+            )));
+        }
+        if self.handlers.is_empty() {
+            return Err(Error::InvalidArgument("a scheduler needs at least one handler".into()));
+        }
+        let application_name = format!("rendezvous scheduler {}", self.host_id);
+        let shared = Arc::new(Shared {
+            pool: Pool {
+                url: self.url.clone(),
+                application_name: format!("{application_name} job"),
+                idle: Mutex::new(Vec::new()),
+            },
+            side: Side {
+                url: self.url.clone(),
+                application_name: format!("{application_name} leases"),
+                client: tokio::sync::Mutex::new(None),
+            },
+            slots: Arc::new(Semaphore::new(self.options.max_concurrent)),
+            url: self.url,
+            host_id: self.host_id,
+            options: self.options,
+            tasks: self.tasks,
+            handlers: self.handlers,
+            counters: Counters::default(),
+            running: Mutex::new(HashMap::new()),
+            finished: Notify::new(),
+        });
+        let control = open_control(&shared).await?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(shared.clone(), control, stop_rx));
+        Ok(Scheduler { shared, stop: stop_tx, task: Some(task) })
+    }
+}
+
+/// Runs recurring tasks' firings on this host: one object a service starts and shuts down.
+///
+/// It joins the membership (heartbeats on its own connection), asks the database for due
+/// firings, claims those it ranks first for (and, after r × `rank_delay`, those it ranks r-th
+/// for that nobody took), and runs each claim as its own Tokio task with a pooled connection,
+/// renewing its lease meanwhile, up to `max_concurrent` at once. A handler's `Ok` completes the
+/// firing (unless it completed it itself in a [`FencedTransaction`]); an `Err` or a panic
+/// records a failed attempt, retried with the task's backoff until its max attempts. Lost
+/// connections and terminated backends are reconnected with backoff and jitter.
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<Vec<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler").field("host_id", &self.shared.host_id).finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// Starts building a scheduler for `host_id` on the database at `database_url`.
+    pub fn builder(database_url: impl Into<String>, host_id: impl Into<String>) -> SchedulerBuilder {
+        SchedulerBuilder {
+            url: database_url.into(),
+            host_id: host_id.into(),
+            options: SchedulerOptions::default(),
+            tasks: Vec::new(),
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// This host's id.
+    pub fn host_id(&self) -> &str {
+        &self.shared.host_id
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> SchedulerStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Stops claiming at once, lets running firings finish until `deadline`, releases those
+    /// still running then (so the next host takes them over at once instead of waiting out
+    /// the lease), and leaves the membership.
+    pub async fn shutdown(mut self, deadline: Duration) -> Result<ShutdownReport> {
+        let _ = self.stop.send(true);
+        let jobs = match self.task.take() {
+            Some(t) => t.await.map_err(|e| Error::TaskFailed(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let until = Instant::now() + deadline;
+        let mut report = ShutdownReport::default();
+        for mut job in jobs {
+            if job.is_finished() {
+                continue;
+            }
+            match tokio::time::timeout_at(until.into(), &mut job).await {
+                Ok(_) => report.finished += 1,
+                Err(_) => job.abort(),
+            }
+        }
+        let cut_off: Vec<(Firing, i64)> =
+            self.shared.running.lock().expect("running lock").drain().map(|(_, v)| v).collect();
+        for (firing, token) in cut_off {
+            let released = self
+                .shared
+                .side
+                .call(|c| {
+                    let f = firing.clone();
+                    async move { firing::release_firing(&*c, &f, token).await }
+                })
+                .await;
+            match released {
+                Ok(true) => {
+                    report.released += 1;
+                    Counters::add(&self.shared.counters.released);
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, task_id = %firing.task_id, "could not release a firing at shutdown")
+                }
+            }
+        }
+        let host = self.shared.host_id.clone();
+        let left = self.shared.side.call(|c| {
+            let host = host.clone();
+            async move { membership::leave(&*c, &host).await }
+        });
+        if let Err(e) = left.await {
+            tracing::warn!(error = %e, "could not leave the membership at shutdown");
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A control connection, checked and with this host's tasks registered.
+async fn open_control(shared: &Shared) -> Result<Client> {
+    let client = crate::connect_as(&shared.url, &format!("rendezvous scheduler {}", shared.host_id)).await?;
+    crate::check_extension(&client).await?;
+    for spec in &shared.tasks {
+        schedule_task(&client, spec).await?;
+    }
+    membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
+    Ok(client)
+}
+
+/// How far this host's "now" is from the database's: `now_local + offset ≈ now_db`.
+#[derive(Clone, Copy)]
+struct Offset {
+    ahead: bool,
+    by: Duration,
+}
+
+impl Offset {
+    fn measure(db_now: SystemTime, local_before: SystemTime, local_after: SystemTime) -> Offset {
+        let mid = local_before + local_after.duration_since(local_before).unwrap_or_default() / 2;
+        match db_now.duration_since(mid) {
+            Ok(d) => Offset { ahead: true, by: d },
+            Err(e) => Offset { ahead: false, by: e.duration() },
+        }
+    }
+
+    /// The local instant at which the database clock reads `db`.
+    fn to_local(self, db: SystemTime) -> SystemTime {
+        if self.ahead {
+            db - self.by
+        } else {
+            db + self.by
+        }
+    }
+}
+
+/// The scheduling loop; returns the handles of firings still running when it stopped.
+async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+    let mut control = Some(first);
+    let mut jobs: Vec<JoinHandle<()>> = Vec::new();
+    let mut backoff = Duration::from_millis(100);
+    let mut last_heartbeat = Instant::now();
+    let mut view: Option<HostSet> = None;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        jobs.retain(|j| !j.is_finished());
+        let client = match control.take().filter(|c| !c.is_closed()) {
+            Some(c) => c,
+            None => match open_control(&shared).await {
+                Ok(c) => {
+                    Counters::add(&shared.counters.reconnects);
+                    metrics::counter!(signals::RECONNECTS, "component" => "scheduler").increment(1);
+                    tracing::info!(host_id = %shared.host_id, "scheduler reconnected");
+                    backoff = Duration::from_millis(100);
+                    view = None;
+                    c
+                }
+                Err(e) => {
+                    tracing::warn!(host_id = %shared.host_id, error = %e, ?backoff, "scheduler cannot connect; retrying");
+                    sleep_or_stop(jittered(backoff), &mut stop).await;
+                    backoff = (backoff * 2).min(shared.options.max_backoff);
+                    continue;
+                }
+            },
+        };
+        match tick(&shared, &client, &mut view, &mut last_heartbeat, &mut jobs).await {
+            Ok(wait) => {
+                control = Some(client);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shared.finished.notified() => {}
+                    _ = stop.changed() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler lost its connection; reconnecting");
+                sleep_or_stop(jittered(backoff), &mut stop).await;
+                backoff = (backoff * 2).min(shared.options.max_backoff);
+            }
+        }
+    }
+    jobs.retain(|j| !j.is_finished());
+    jobs
+}
+
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.changed() => {}
+    }
+}
+
+/// `d` scaled by a factor in [0.5, 1.5), so reconnecting hosts do not arrive together.
+fn jittered(d: Duration) -> Duration {
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let mixed = u64::from(nanos).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40; // 24 bits
+    d.mul_f64(0.5 + mixed as f64 / (1u64 << 24) as f64)
+}
+
+/// One look at the database: heartbeat when due, claim what this host should run now, start it;
+/// returns how long to sleep before the next look.
+async fn tick(
+    shared: &Arc<Shared>,
+    client: &Client,
+    view: &mut Option<HostSet>,
+    last_heartbeat: &mut Instant,
+    jobs: &mut Vec<JoinHandle<()>>,
+) -> Result<Duration> {
+    let o = &shared.options;
+    if view.is_none() || last_heartbeat.elapsed() >= o.heartbeat {
+        let ok = membership::heartbeat(client, &shared.host_id, o.weight).await;
+        metrics::counter!(signals::HEARTBEATS, "result" => if ok.is_ok() { "ok" } else { "error" })
+            .increment(1);
+        ok?;
+        *last_heartbeat = Instant::now();
+        *view = Some(crate::hrw::live_host_set(client, o.staleness).await?);
+    }
+    let view = view.as_ref().expect("read above");
+    let free = shared.slots.available_permits();
+    let local_before = SystemTime::now();
+    let (due, db_now) = due_firings(client, 1000).await?;
+    let offset = Offset::measure(db_now, local_before, SystemTime::now());
+    let now_local = || match &o.clock {
+        Clock::Database => SystemTime::now(),
+        Clock::Local(f) => f(),
+    };
+    // With Clock::Database, "now" by the database is the local clock shifted by the offset.
+    let db_now_est = || match &o.clock {
+        Clock::Database => {
+            if offset.ahead {
+                SystemTime::now() + offset.by
+            } else {
+                SystemTime::now() - offset.by
+            }
+        }
+        Clock::Local(f) => f(),
+    };
+    let running: HashSet<String> = shared.running.lock().expect("running lock").keys().cloned().collect();
+    let mut wait = o.poll;
+    let mut claim: Vec<&DueFiring> = Vec::new();
+    for d in &due {
+        if !shared.handlers.contains_key(&d.firing.task_id) {
+            continue;
+        }
+        let key = d.firing.key()?;
+        if running.contains(&key) {
+            continue;
+        }
+        // A host missing from its own view ranks last.
+        let rank = view.rank_of(&key, &shared.host_id).unwrap_or(view.len());
+        let try_at = d.claimable_since + o.rank_delay * rank as u32;
+        match try_at.duration_since(db_now_est()) {
+            Ok(later) if !later.is_zero() => wait = wait.min(later),
+            _ => claim.push(d),
+        }
+    }
+    claim.sort_by_key(|d| d.claimable_since);
+    claim.truncate(free);
+    // One claim call per lease.
+    let mut by_lease: BTreeMap<Duration, Vec<&DueFiring>> = BTreeMap::new();
+    for d in claim {
+        by_lease.entry(d.lease).or_default().push(d);
+    }
+    for (lease, batch) in by_lease {
+        let firings: Vec<&Firing> = batch.iter().map(|d| &d.firing).collect();
+        let claiming = Instant::now();
+        let claims = firing::claim_firings(client, &firings, &shared.host_id, lease).await?;
+        signals::seconds(signals::FIRING_CLAIM_DURATION, claiming.elapsed());
+        for (d, c) in batch.into_iter().zip(claims) {
+            match c {
+                Some(c) if c.claimed => {
+                    let token = c.token.expect("a won claim has a token");
+                    Counters::add(&shared.counters.claimed);
+                    metrics::counter!(signals::FIRINGS_CLAIMED).increment(1);
+                    let late = db_now_est().duration_since(d.firing.fire_at).unwrap_or_default();
+                    signals::seconds(signals::FIRING_START_LATENESS, late);
+                    jobs.push(start_job(shared.clone(), d, token, lease)?);
+                }
+                _ => {
+                    Counters::add(&shared.counters.lost_claims);
+                    metrics::counter!(signals::FIRING_CLAIMS_LOST).increment(1);
+                }
+            }
+        }
+    }
+    if shared.slots.available_permits() == 0 {
+        return Ok(o.poll); // woken early by a finishing firing
+    }
+    // Sleep until the database says something becomes due next (by its clock), at most `poll`.
+    let local_before = SystemTime::now();
+    let (db_now, next) = next_due_at(client).await?;
+    let offset = Offset::measure(db_now, local_before, SystemTime::now());
+    if let Some(next) = next {
+        let at_local = match &o.clock {
+            Clock::Database => offset.to_local(next),
+            // A host with its own clock believes the database's instant is its own.
+            Clock::Local(_) => next,
+        };
+        let until = at_local.duration_since(now_local()).unwrap_or_default();
+        wait = wait.min(until);
+    }
+    // Never spin: an instant already past (the clocks' offset is measured, not exact) is
+    // looked at again after a few milliseconds.
+    Ok(wait.max(Duration::from_millis(2)))
+}
+
+/// Starts a claimed firing's handler on its own task.
+fn start_job(shared: Arc<Shared>, due: &DueFiring, token: i64, lease: Duration) -> Result<JoinHandle<()>> {
+    let firing = due.firing.clone();
+    let key = firing.key()?;
+    let attempt = due.attempts + 1;
+    let permit = shared.slots.clone().try_acquire_owned().map_err(|e| Error::TaskFailed(e.to_string()))?;
+    shared.running.lock().expect("running lock").insert(key.clone(), (firing.clone(), token));
+    Ok(tokio::spawn(async move {
+        let _permit = permit;
+        run_job(&shared, firing, key.clone(), token, attempt, lease).await;
+        shared.running.lock().expect("running lock").remove(&key);
+        shared.finished.notify_one();
+    }))
+}
+
+#[tracing::instrument(level = "debug", skip_all, fields(host_id = %shared.host_id, task_id = %firing.task_id, key = %key, token = token))]
+async fn run_job(
+    shared: &Arc<Shared>,
+    firing: Firing,
+    key: String,
+    token: i64,
+    attempt: i32,
+    lease: Duration,
+) {
+    let Some(handler) = shared.handlers.get(&firing.task_id).cloned() else { return };
+    let client = match shared.pool.get().await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, "no connection for a claimed firing; failing this attempt");
+            record_failure(shared, &firing, token, &format!("no database connection: {e}")).await;
+            return;
+        }
+    };
+    let completed = Arc::new(AtomicBool::new(false));
+    let job = Job {
+        firing: firing.clone(),
+        key: key.clone(),
+        token,
+        attempt,
+        host_id: shared.host_id.clone(),
+        client,
+        shared: shared.clone(),
+        completed: completed.clone(),
+    };
+    let work = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
+    // Renewals run beside the handler on the side connection, never in its way.
+    let renew = async {
+        let every = (lease / 3).max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            let f = firing.clone();
+            match shared
+                .side
+                .call(|c| {
+                    let f = f.clone();
+                    async move { firing::renew_firing(&*c, &f, token, lease).await }
+                })
+                .await
+            {
+                Ok(Some(_)) => {}
+                Ok(None) => tracing::warn!("lease lost while running: another host took over"),
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            }
+        }
+    };
+    tokio::pin!(work, renew);
+    let outcome = tokio::select! {
+        r = &mut work => r,
+        _ = &mut renew => unreachable!("renewals loop until the work ends"),
+    };
+    match outcome {
+        Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, token),
+        Ok(Ok(())) => {
+            let f = firing.clone();
+            let result = shared
+                .side
+                .call(|c| {
+                    let f = f.clone();
+                    async move { firing::complete_firing(&*c, &f, token).await }
+                })
+                .await;
+            match result {
+                Ok(true) => done(shared, token),
+                Ok(false) => {
+                    Counters::add(&shared.counters.stale_completions);
+                    tracing::warn!("completion refused: the lease ran out and another host took over");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not complete; the firing will be taken over when its lease ends")
+                }
+            }
+        }
+        Ok(Err(e)) => record_failure(shared, &firing, token, &e.to_string()).await,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            record_failure(shared, &firing, token, &format!("handler panicked: {what}")).await;
+        }
+    }
+}
+
+fn done(shared: &Shared, token: i64) {
+    Counters::add(&shared.counters.completed);
+    metrics::counter!(signals::FIRINGS_COMPLETED).increment(1);
+    if token > 1 {
+        metrics::counter!(signals::FIRINGS_TAKEN_OVER).increment(1);
+    }
+}
+
+async fn record_failure(shared: &Shared, firing: &Firing, token: i64, error: &str) {
+    Counters::add(&shared.counters.failed_attempts);
+    metrics::counter!(signals::FIRINGS_FAILED).increment(1);
+    let outcome = shared
+        .side
+        .call(|c| {
+            let f = firing.clone();
+            let error = error.to_owned();
+            async move { fail_firing(&*c, &f, token, &error).await }
+        })
+        .await;
+    match outcome {
+        Ok(FailOutcome::RetryAt(at)) => {
+            tracing::warn!(error, retry_at = ?at, "firing failed; it will be retried")
+        }
+        Ok(FailOutcome::Failed) => {
+            Counters::add(&shared.counters.failed_for_good);
+            tracing::error!(error, "firing failed for good (max attempts reached)");
+        }
+        Ok(FailOutcome::Stale) => tracing::warn!(error, "firing failed, but the claim had been taken over"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record the failure; the lease will run out and it is retried")
+        }
+    }
+}

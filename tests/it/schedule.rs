@@ -1,0 +1,342 @@
+//! The scheduler through the client: cron tasks run once across hosts and never before they are
+//! due by the database clock, failures retried then failed for good, shutdown hands running
+//! firings over, and a host whose backends are all terminated reconnects by itself.
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rendezvous_client::firing::Clock;
+use rendezvous_client::{Job, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_tests::TestDb;
+
+/// Options for quick tests: short polls and rank delays.
+fn quick() -> SchedulerOptions {
+    SchedulerOptions::default()
+        .with_poll(Duration::from_millis(200))
+        .with_rank_delay(Duration::from_millis(200))
+        .with_heartbeat(Duration::from_millis(300))
+        .with_staleness(Duration::from_secs(2))
+        .with_max_backoff(Duration::from_millis(500))
+}
+
+/// A table of starts: one row per handler run, stamped with the database clock.
+async fn starts_table(db: &TestDb) {
+    db.connect()
+        .await
+        .batch_execute(
+            "CREATE TABLE starts (key text, token bigint, host text, fire_at timestamptz,
+                                  started_at timestamptz DEFAULT clock_timestamp());
+             CREATE TABLE effects (key text PRIMARY KEY, host text)",
+        )
+        .await
+        .unwrap();
+}
+
+/// A handler that records its start, and its effect with the completion in one transaction.
+fn recording(host: &'static str) -> impl Fn(Job) -> futures_like::BoxFut + Send + Sync + 'static {
+    move |mut job: Job| {
+        Box::pin(async move {
+            job.client()
+                .execute(
+                    "INSERT INTO starts (key, token, host, fire_at) VALUES ($1, $2, $3, $4)",
+                    &[&job.key().to_owned(), &job.token(), &host, &job.firing().fire_at],
+                )
+                .await?;
+            let key = job.key().to_owned();
+            let tx = job.transaction().await?;
+            tx.execute("INSERT INTO effects (key, host) VALUES ($1, $2)", &[&key, &host]).await?;
+            tx.complete().await?;
+            Ok(())
+        })
+    }
+}
+
+mod futures_like {
+    pub type BoxFut = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<(), rendezvous_client::Error>> + Send + 'static>,
+    >;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_seconds_cron_runs_once_per_fire_time_across_three_hosts_never_early() {
+    let db = TestDb::new("sched_once").await;
+    starts_table(&db).await;
+    let spec = TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(5));
+    let mut hosts = Vec::new();
+    for (i, host) in ["h1", "h2", "h3"].into_iter().enumerate() {
+        // h3's clock runs three minutes fast: it may ask early, the database refuses.
+        let options = if i == 2 {
+            quick().with_clock(Clock::Local(Arc::new(|| SystemTime::now() + Duration::from_secs(180))))
+        } else {
+            quick()
+        };
+        hosts.push(
+            Scheduler::builder(&db.url, host)
+                .options(options)
+                .task(spec.clone(), recording(host))
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for h in hosts {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    let client = db.connect().await;
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT key), count(*) FILTER (WHERE started_at < fire_at),
+                    count(DISTINCT host), min(fire_at), max(fire_at),
+                    percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - fire_at))
+               FROM starts",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (runs, keys, early): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+    assert!(runs >= 3, "only {runs} runs in 5 s of a per-second task");
+    assert_eq!(runs, keys, "a fire time ran twice");
+    assert_eq!(early, 0, "a firing started before it was due by the database clock");
+    // Every fire time between the first and the last ran.
+    let (first, last): (SystemTime, SystemTime) = (row.get(4), row.get(5));
+    let expected = rendezvous_client::schedule::fire_times(
+        &client,
+        "* * * * * *",
+        "UTC",
+        first - Duration::from_micros(1),
+        last,
+    )
+    .await
+    .unwrap();
+    assert_eq!(expected.len() as i64, runs, "a fire time between the first and the last was missed");
+    let p99: f64 = row.get(6);
+    assert!(p99 < 1.0, "start lateness p99 {p99:.3} s");
+    let completed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM rendezvous.firings WHERE task_id = 'tick' AND completed_at IS NOT NULL",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(completed, runs);
+    let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
+    assert_eq!(effects, runs);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_task_is_retried_with_backoff_then_failed_for_good_without_a_hot_loop() {
+    let db = TestDb::new("sched_fail").await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let spec = TaskSpec::new("flaky", "* * * * * *")
+        .with_max_attempts(3)
+        .with_retry_backoff(Duration::from_millis(300))
+        .with_lease(Duration::from_secs(5));
+    let counter = calls.clone();
+    let scheduler = Scheduler::builder(&db.url, "h1")
+        .options(quick())
+        .task(spec, move |job: Job| {
+            let counter = counter.clone();
+            async move {
+                if job.firing().task_id == "flaky" {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+                Err::<(), _>(std::io::Error::other("the upstream is down"))
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    // 300 ms, then 600 ms backoff: the first firing has failed for good after ~1 s.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Pause it (as the superuser here) so no new firing starts while we look.
+    let client = db.connect().await;
+    client.execute("SELECT rendezvous.pause_task('flaky')", &[]).await.unwrap();
+    let stats = scheduler.stats();
+    scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
+    let first = client
+        .query_one(
+            "SELECT state, failures, attempts, last_error FROM rendezvous.status_firings
+              WHERE task_id = 'flaky' ORDER BY fire_at LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.get::<_, String>(0), "failed");
+    assert_eq!(first.get::<_, i32>(1), 3);
+    assert_eq!(first.get::<_, i32>(2), 3);
+    assert_eq!(first.get::<_, String>(3), "the upstream is down");
+    // Each failed attempt was one handler call: no claim loop.
+    let failures: i64 = client
+        .query_one("SELECT coalesce(sum(failures), 0) FROM rendezvous.firings WHERE task_id = 'flaky'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(u64::from(calls.load(Ordering::SeqCst)), failures as u64);
+    assert_eq!(stats.failed_attempts, failures as u64);
+    assert!(stats.failed_for_good >= 1);
+    let failed: i64 = client
+        .query_one("SELECT failed FROM rendezvous.status_tasks WHERE task_id = 'flaky'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(failed >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_error_or_panic_rolls_back_its_writes_and_is_recorded() {
+    let db = TestDb::new("sched_rollback").await;
+    db.connect().await.batch_execute("CREATE TABLE effects (key text PRIMARY KEY)").await.unwrap();
+    let spec = TaskSpec::new("half", "* * * * * *").with_max_attempts(1);
+    let panicky = TaskSpec::new("panicky", "* * * * * *").with_max_attempts(1);
+    let scheduler = Scheduler::builder(&db.url, "h1")
+        .options(quick())
+        .task(spec, |mut job: Job| async move {
+            let key = job.key().to_owned();
+            let tx = job.transaction().await?;
+            tx.execute("INSERT INTO effects VALUES ($1)", &[&key]).await?;
+            // Fails before completing: the insert must not survive.
+            Err::<(), rendezvous_client::Error>(rendezvous_client::Error::InvalidArgument(
+                "validation failed".into(),
+            ))
+        })
+        .task(panicky, |_job: Job| async move {
+            if std::hint::black_box(true) {
+                panic!("boom");
+            }
+            Ok::<(), rendezvous_client::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
+    let client = db.connect().await;
+    let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
+    assert_eq!(effects, 0, "a failed handler's writes were committed");
+    let rows = client
+        .query(
+            "SELECT task_id, count(*) FILTER (WHERE state = 'failed'), max(last_error)
+               FROM rendezvous.status_firings GROUP BY task_id ORDER BY task_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows[0].get::<_, i64>(1) >= 1);
+    assert_eq!(rows[0].get::<_, String>(2), "invalid argument: validation failed");
+    assert!(rows[1].get::<_, i64>(1) >= 1);
+    assert_eq!(rows[1].get::<_, String>(2), "handler panicked: boom");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once() {
+    let db = TestDb::new("sched_drain").await;
+    starts_table(&db).await;
+    // A long lease: without the release, the takeover would wait a minute.
+    let spec = TaskSpec::new("slow", "every 3600 seconds").with_lease(Duration::from_secs(60));
+    let client = db.connect().await;
+    rendezvous_client::schedule::schedule_task(&client, &spec).await.unwrap();
+    // Due now: as if the last fire time had not run yet.
+    client
+        .execute(
+            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let slow = Scheduler::builder(&db.url, "slow-host")
+        .options(quick())
+        .handler("slow", |job: Job| async move {
+            job.client()
+                .execute(
+                    "INSERT INTO starts (key, token, host) VALUES ($1, $2, 'slow-host')",
+                    &[&job.key().to_owned(), &job.token()],
+                )
+                .await?;
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            Ok::<(), rendezvous_client::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    wait_for(&client, "SELECT count(*) FROM starts", 1).await;
+    let report = slow.shutdown(Duration::from_millis(300)).await.unwrap();
+    assert_eq!((report.finished, report.released), (0, 1));
+    let next = Scheduler::builder(&db.url, "next-host")
+        .options(quick())
+        .task(spec, recording("next-host"))
+        .start()
+        .await
+        .unwrap();
+    let taken = std::time::Instant::now();
+    wait_for(&client, "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", 1).await;
+    assert!(taken.elapsed() < Duration::from_secs(10), "the takeover waited for the lease");
+    next.shutdown(Duration::from_secs(2)).await.unwrap();
+    let row = client
+        .query_one("SELECT max(token) FILTER (WHERE host = 'next-host') FROM starts", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Option<i64>>(0), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
+    let db = TestDb::new("sched_reconnect").await;
+    starts_table(&db).await;
+    let spec = TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(3));
+    let scheduler =
+        Scheduler::builder(&db.url, "h1").options(quick()).task(spec, recording("h1")).start().await.unwrap();
+    let client = db.connect().await;
+    wait_for(&client, "SELECT count(*) FROM starts", 2).await;
+    for _ in 0..3 {
+        let killed: i64 = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+                  WHERE datname = current_database() AND application_name LIKE 'rendezvous scheduler h1%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(killed >= 1);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let before: i64 = client.query_one("SELECT count(*) FROM starts", &[]).await.unwrap().get(0);
+    wait_for(&client, "SELECT count(*) FROM starts", before + 2).await;
+    let stats = scheduler.stats();
+    assert!(stats.reconnects >= 1, "{stats:?}");
+    scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
+    // A firing cut off mid-run may run again after its lease (at least once across a
+    // holder's loss), but never twice under one token, and its effect commits once.
+    let same_token_twice: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT 1 FROM starts GROUP BY key, token HAVING count(*) > 1) x",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(same_token_twice, 0);
+    let completed: i64 = client
+        .query_one("SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
+    assert_eq!(effects, completed, "an effect without its completion, or the reverse");
+}
+
+/// Waits (up to 15 s) until `query`'s count reaches `n`.
+async fn wait_for(client: &tokio_postgres::Client, query: &str, n: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let c: i64 = client.query_one(query, &[]).await.unwrap().get(0);
+        if c >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{query}: {c} < {n} after 15 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
