@@ -1,22 +1,19 @@
 //! One fleet host, as its own OS process (`rendezvous host …`, started by `rendezvous fleet`).
 //!
-//! It heartbeats, competes for the shared agent's leadership (gating the leader-only surface on
-//! `is_leader()` and fencing its write with the epoch), and dispatches the recurring tasks'
-//! firings with the HRW dispatcher. Each firing admits one run through `spawn_run` with the
-//! firing key as `dispatch_key`, then writes its effect and completes the firing in one
-//! transaction fenced by its token.
-use std::collections::HashSet;
+//! It competes for the shared agent's leadership (gating the leader-only surface on
+//! `is_leader()` and fencing its write with the epoch), and runs the fleet's cron tasks with a
+//! [`Scheduler`]: the database says when each firing is due and who runs it. Each firing admits
+//! one run through `spawn_run` with the firing key as `dispatch_key`, then writes its effect and
+//! completes the firing in one fenced transaction. Some firings fail their first attempt on
+//! purpose, to show retries.
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rendezvous_client::firing::{assert_firing, complete_firing, Clock};
-use rendezvous_client::hrw::HostSet;
+use rendezvous_client::firing::Clock;
 use rendezvous_client::leader::assert_leader;
 use rendezvous_client::{
-    membership, spawn_run, Dispatcher, DispatcherOptions, Firing, LeaderElector, LeaderOptions, Membership,
-    MembershipOptions,
+    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, Scheduler, SchedulerOptions, TaskSpec,
 };
-use tokio::sync::Mutex;
 
 /// What a host is told by the fleet controller: the flags of `rendezvous host` (see
 /// [`HostPlan::to_args`]).
@@ -31,34 +28,25 @@ pub struct HostPlan {
     /// The run's tag: prefixes task ids, names the leader group and the tenant
     #[arg(long)]
     pub tag: String,
-    /// Number of recurring tasks
+    /// Number of cron tasks
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub tasks: u32,
-    /// Period of each task, in milliseconds
-    #[arg(long = "period-ms", value_name = "MS", default_value = "1000", value_parser = parse_millis)]
-    pub period: Duration,
-    /// First firing time, in unix ms
-    #[arg(long, value_name = "UNIX_MS", default_value_t = 0)]
-    pub start_ms: u64,
-    /// No firing at or after this, in unix ms
+    /// Period of each task, in seconds (1 to 59)
+    #[arg(long, value_name = "SECONDS", default_value_t = 1)]
+    pub period: u32,
+    /// Firings due after this (unix ms) are not the fleet's: the host stops once every earlier
+    /// one is completed
     #[arg(long, value_name = "UNIX_MS", default_value_t = 0)]
     pub end_ms: u64,
     /// This host's clock skew in ms (chaos), 0 for none
     #[arg(long, value_name = "MS", default_value_t = 0, allow_negative_numbers = true)]
     pub skew_ms: i64,
-    /// A host this host leaves out of its view of the live set (chaos)
-    #[arg(long, value_name = "ID")]
-    pub hide: Option<String>,
-}
-
-fn parse_millis(s: &str) -> Result<Duration, String> {
-    s.parse::<u64>().map(Duration::from_millis).map_err(|_| "give a whole number of milliseconds".into())
 }
 
 impl HostPlan {
     /// The command-line arguments (`host` and its flags) that carry this plan.
     pub fn to_args(&self) -> Vec<String> {
-        let mut a = vec![
+        vec![
             "host".into(),
             "--database-url".into(),
             self.url.clone(),
@@ -68,41 +56,45 @@ impl HostPlan {
             self.tag.clone(),
             "--tasks".into(),
             self.tasks.to_string(),
-            "--period-ms".into(),
-            self.period.as_millis().to_string(),
-            "--start-ms".into(),
-            self.start_ms.to_string(),
+            "--period".into(),
+            self.period.to_string(),
             "--end-ms".into(),
             self.end_ms.to_string(),
             // One argument: a negative skew must not look like a flag.
             format!("--skew-ms={}", self.skew_ms),
-        ];
-        if let Some(h) = &self.hide {
-            a.extend(["--hide".into(), h.clone()]);
-        }
-        a
+        ]
     }
 
-    /// Every firing of the run: task i fires at start + i × period / tasks + k × period.
-    pub fn all_firings(&self) -> Vec<Firing> {
-        let mut out = Vec::new();
-        let period_ms = self.period.as_millis() as u64;
-        for t in 0..self.tasks {
-            let mut at = self.start_ms + u64::from(t) * period_ms / u64::from(self.tasks.max(1));
-            while at < self.end_ms {
-                out.push(Firing::new(
-                    format!("{}-task-{t}", self.tag),
-                    UNIX_EPOCH + Duration::from_millis(at),
-                ));
-                at += period_ms;
-            }
-        }
-        out
+    /// The fleet's tasks: task i fires every `period` seconds, at second `i mod period` of each
+    /// period (a 6-field cron), so the tasks' firings spread over each period. Overlap allowed
+    /// and every missed fire time caught up: the fleet checks that every fire time runs.
+    pub fn task_specs(&self) -> Vec<TaskSpec> {
+        (0..self.tasks)
+            .map(|i| {
+                let schedule = if self.period <= 1 {
+                    "* * * * * *".to_owned()
+                } else {
+                    format!("{}-59/{} * * * * *", i % self.period, self.period)
+                };
+                TaskSpec::new(format!("{}-task-{i}", self.tag), schedule)
+                    .with_overlap(Overlap::Allow)
+                    .with_catch_up(CatchUp::All)
+                    .with_catch_up_window(Duration::from_secs(600))
+                    .with_lease(Duration::from_secs(2))
+                    .with_max_attempts(3)
+                    .with_retry_backoff(Duration::from_millis(200))
+            })
+            .collect()
     }
 
     /// The shared agent's leader group.
     pub fn group(&self) -> String {
         format!("{}:shared-agent", self.tag)
+    }
+
+    /// The end of the fleet's firings.
+    pub fn end(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.end_ms)
     }
 }
 
@@ -120,16 +112,64 @@ fn skewed_clock(skew_ms: i64) -> Clock {
     }))
 }
 
-/// Runs one host until the plan's end, then leaves cleanly.
+/// True for about one firing in seven: its first attempt fails on purpose.
+fn fails_first_attempt(key: &str) -> bool {
+    key.bytes().map(u64::from).sum::<u64>() % 7 == 0
+}
+
+/// A firing's work: record the start, admit its run (a redelivered request too, for some), a
+/// short "agent loop", then the effect, the run's state and the completion in one transaction.
+async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Error> {
+    let key = job.key().to_owned();
+    let (token, host, fire_at) = (job.token(), job.host_id().to_owned(), job.firing().fire_at);
+    let task_id = job.firing().task_id.clone();
+    job.client()
+        .execute(
+            "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)",
+            &[&&*tag, &key, &token, &host, &fire_at],
+        )
+        .await?;
+    if job.attempt() == 1 && fails_first_attempt(&key) {
+        return Err(rendezvous_client::Error::InvalidArgument(format!(
+            "{key}: a planned first-attempt failure"
+        )));
+    }
+    // The run this firing starts, admitted by its key: a re-execution gets the same run back.
+    let input = serde_json::json!({ "task": task_id, "token": token });
+    let admission = spawn_run(job.client(), &tag, &task_id, &input, Some(&key)).await?;
+    let mut admissions = vec![admission];
+    if key.bytes().map(u64::from).sum::<u64>() % 4 == 0 {
+        // A redelivered spawn request (at-least-once transport): same key, same run.
+        let again = spawn_run(job.client(), &tag, &task_id, &input, Some(&key)).await?;
+        if again.run_id != admission.run_id || again.created {
+            return Err(rendezvous_client::Error::InvalidArgument(format!(
+                "redelivery of {key} admitted a second run"
+            )));
+        }
+        admissions.push(again);
+    }
+    for a in admissions {
+        job.client()
+            .execute(
+                "INSERT INTO fleet_admissions (tag, firing_key, run_id, created) VALUES ($1, $2, $3, $4)",
+                &[&&*tag, &key, &a.run_id, &a.created],
+            )
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await; // the "agent loop"
+    let tx = job.transaction().await?;
+    tx.execute(
+        "INSERT INTO fleet_effects (tag, firing_key, token, host_id, run_id, fire_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&&*tag, &key, &token, &host, &admission.run_id, &fire_at],
+    )
+    .await?;
+    rendezvous_client::admission::set_run_state(&*tx, admission.run_id, "succeeded").await?;
+    tx.complete().await
+}
+
+/// Runs one host until every firing up to the plan's end is completed, then stops promptly.
 pub async fn run(plan: HostPlan) -> Result<(), String> {
     let e = |e: rendezvous_client::Error| e.to_string();
-    let me = Membership::start(
-        &plan.url,
-        &plan.host_id,
-        MembershipOptions::default().with_weight(1.0).with_interval(Duration::from_millis(300)),
-    )
-    .await
-    .map_err(e)?;
     let elector = LeaderElector::start(
         &plan.url,
         &plan.group(),
@@ -138,131 +178,45 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     )
     .await
     .map_err(e)?;
-    let clock = skewed_clock(plan.skew_ms);
-    let now_fn: Arc<dyn Fn() -> SystemTime + Send + Sync> = match &clock {
-        Clock::Local(f) => f.clone(),
-        Clock::Database => Arc::new(SystemTime::now),
-    };
-    let options = DispatcherOptions::default()
-        .with_grace(Duration::from_millis(300))
-        .with_lease(Duration::from_secs(2))
-        .with_renew_every(Some(Duration::from_millis(500)))
-        .with_poll(Duration::from_millis(100))
-        .with_max_in_flight(32)
-        .with_clock(clock);
-    let mut dispatcher = Dispatcher::connect(&plan.url, &plan.host_id, options.clone()).await.map_err(e)?;
-    let mut writer = Arc::new(Mutex::new(rendezvous_client::connect(&plan.url).await.map_err(e)?));
-    let mut reader = rendezvous_client::connect(&plan.url).await.map_err(e)?;
+    let options = SchedulerOptions::default()
+        .with_poll(Duration::from_millis(500))
+        .with_rank_delay(Duration::from_millis(300))
+        .with_heartbeat(Duration::from_millis(300))
+        .with_staleness(Duration::from_secs(2))
+        .with_max_concurrent(32)
+        .with_max_backoff(Duration::from_secs(1))
+        .with_clock(skewed_clock(plan.skew_ms));
+    let tag: Arc<str> = plan.tag.clone().into();
+    let mut builder = Scheduler::builder(&plan.url, &plan.host_id).options(options);
+    for spec in plan.task_specs() {
+        let tag = tag.clone();
+        builder = builder.task(spec, move |job| work(job, tag.clone()));
+    }
+    let scheduler = builder.start().await.map_err(e)?;
 
-    let all = plan.all_firings();
-    let mut done: HashSet<usize> = HashSet::new();
-    let end = UNIX_EPOCH + Duration::from_millis(plan.end_ms);
-    let mut last_leader_action = SystemTime::UNIX_EPOCH;
+    let mut writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
+    let expected = plan.tasks; // at least one firing per task before the end, checked below
     loop {
-        let now = now_fn();
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
-            if now.duration_since(last_leader_action).unwrap_or_default() >= Duration::from_millis(400) {
-                last_leader_action = now;
-                let mut w = writer.lock().await;
-                leader_action(&mut w, &plan, epoch).await;
+            if writer.is_closed() {
+                writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
             }
+            leader_action(&mut writer, &plan, epoch).await;
         }
-        // Due firings this host has not seen completed yet.
-        let due_idx: Vec<usize> =
-            (0..all.len()).filter(|i| !done.contains(i) && all[*i].fire_at <= now).collect();
-        if !due_idx.is_empty() {
-            let due: Vec<Firing> = due_idx.iter().map(|i| all[*i].clone()).collect();
-            let mut live = membership::live_hosts(&reader, Duration::from_secs(2)).await.unwrap_or_default();
-            if let Some(h) = &plan.hide {
-                live.retain(|x| x != h);
-            }
-            let view = HostSet::new(&live);
-            let tag = plan.tag.clone();
-            let outcome = dispatcher
-                .dispatch(&due, &view, |ctx| {
-                    let (writer, tag, client) = (writer.clone(), tag.clone(), dispatcher.client());
-                    async move {
-                        let s = |e: tokio_postgres::Error| e.to_string();
-                        client
-                            .execute(
-                                "INSERT INTO fleet_starts (tag, firing_key, token, host_id) VALUES ($1, $2, $3, $4)",
-                                &[&tag, &ctx.key, &ctx.token, &ctx.host_id],
-                            )
-                            .await
-                            .map_err(s)?;
-                        // The run this firing starts, admitted by its key: a re-execution after
-                        // a takeover gets the same run back.
-                        let input = serde_json::json!({ "task": ctx.firing.task_id, "token": ctx.token });
-                        let admission = spawn_run(client, &tag, &ctx.firing.task_id, &input, Some(&ctx.key))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        let mut admissions = vec![admission];
-                        if ctx.key.bytes().map(u64::from).sum::<u64>() % 4 == 0 {
-                            // A redelivered spawn request (at-least-once transport): same key, same run.
-                            let again = spawn_run(client, &tag, &ctx.firing.task_id, &input, Some(&ctx.key))
-                                .await
-                                .map_err(|e| e.to_string())?;
-                            if again.run_id != admission.run_id || again.created {
-                                return Err(format!("redelivery of {} admitted a second run", ctx.key));
-                            }
-                            admissions.push(again);
-                        }
-                        for a in admissions {
-                            client
-                                .execute(
-                                    "INSERT INTO fleet_admissions (tag, firing_key, run_id, created) VALUES ($1, $2, $3, $4)",
-                                    &[&tag, &ctx.key, &a.run_id, &a.created],
-                                )
-                                .await
-                                .map_err(s)?;
-                        }
-                        tokio::time::sleep(Duration::from_millis(150)).await; // the "agent loop"
-                        // Effect and completion in one transaction, fenced by the token.
-                        let mut w = writer.lock().await;
-                        let tx = w.transaction().await.map_err(s)?;
-                        assert_firing(&tx, &ctx.firing, ctx.token).await.map_err(|e| e.to_string())?;
-                        tx.execute(
-                            "INSERT INTO fleet_effects (tag, firing_key, token, host_id, run_id) VALUES ($1, $2, $3, $4, $5)",
-                            &[&tag, &ctx.key, &ctx.token, &ctx.host_id, &admission.run_id],
-                        )
-                        .await
-                        .map_err(s)?;
-                        rendezvous_client::admission::set_run_state(&tx, admission.run_id, "succeeded")
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if complete_firing(&tx, &ctx.firing, ctx.token).await.map_err(|e| e.to_string())? {
-                            tx.commit().await.map_err(s)?;
-                        }
-                        Ok(())
-                    }
-                })
-                .await;
-            match outcome {
-                Ok(_) => done.extend(due_idx),
-                Err(err) => {
-                    // Our sessions were cut (a terminated backend, a restart): reconnect and go on;
-                    // claims we held expire and are taken over, or retaken by us.
-                    eprintln!("{}: dispatch interrupted ({err}); reconnecting", plan.host_id);
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    dispatcher =
-                        Dispatcher::connect(&plan.url, &plan.host_id, options.clone()).await.map_err(e)?;
-                    writer = Arc::new(Mutex::new(rendezvous_client::connect(&plan.url).await.map_err(e)?));
-                    reader = rendezvous_client::connect(&plan.url).await.map_err(e)?;
-                }
-            }
-        } else if SystemTime::now() >= end
-            && (done.len() == all.len() || all_completed(&reader, &plan, all.len()).await)
-        {
-            // Finished by the real clock once every firing is done: a host whose clock is slow
-            // has seen its late firings completed by others.
+        if SystemTime::now() >= plan.end() && (all_done(&writer, &plan, expected).await || late(&plan)) {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
     }
+    scheduler.shutdown(Duration::from_secs(1)).await.map_err(e)?;
     elector.shutdown().await.map_err(e)?;
-    me.shutdown().await.map_err(e)?;
     Ok(())
+}
+
+/// Past the end by more than 20 s: stop whatever is left (the report shows it).
+fn late(plan: &HostPlan) -> bool {
+    SystemTime::now() > plan.end() + Duration::from_secs(20)
 }
 
 /// The leader-only surface (an autonomous heartbeat prompt, say), fenced by the epoch:
@@ -283,13 +237,19 @@ async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epo
     }
 }
 
-async fn all_completed(reader: &tokio_postgres::Client, plan: &HostPlan, total: usize) -> bool {
-    reader
+/// Every firing of the fleet's tasks due up to the end is completed (nothing pending,
+/// running or waiting for a retry, and the cursor of every task past the end).
+async fn all_done(client: &tokio_postgres::Client, plan: &HostPlan, tasks: u32) -> bool {
+    let end = plan.end();
+    client
         .query_one(
-            "SELECT count(*) FROM rendezvous.status_firings WHERE task_id LIKE $1 AND completed_at IS NOT NULL",
-            &[&format!("{}-task-%", plan.tag)],
+            "SELECT count(*) FILTER (WHERE t.next_fire_at > $2) = $3
+                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
+                                     WHERE f.task_id LIKE $1 AND f.fire_at <= $2 AND f.completed_at IS NULL)
+               FROM rendezvous.status_tasks t WHERE t.task_id LIKE $1",
+            &[&format!("{}-task-%", plan.tag), &end, &i64::from(tasks)],
         )
         .await
-        .map(|r| r.get::<_, i64>(0) as usize >= total)
+        .map(|r| r.get(0))
         .unwrap_or(false)
 }
