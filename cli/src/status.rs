@@ -34,25 +34,37 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
             rows(client, sql)
                 .await?
                 .iter()
-                .map(|r| json!({"key": r.get::<_, String>(0), "holder": r.get::<_, String>(1), "token": r.get::<_, i64>(2), "attempts": r.get::<_, i32>(3), "lease_left_seconds": r.get::<_, f64>(4), "completed": r.get::<_, bool>(5)}))
+                .map(|r| json!({"key": r.get::<_, String>(0), "holder": r.get::<_, Option<String>>(1), "token": r.get::<_, i64>(2), "attempts": r.get::<_, i32>(3), "lease_left_seconds": r.get::<_, f64>(4), "completed": r.get::<_, bool>(5), "state": r.get::<_, String>(6)}))
                 .collect(),
         )
     };
     let in_flight = firing(
-        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false
-           FROM rendezvous.status_firings WHERE completed_at IS NULL ORDER BY fire_at LIMIT 20",
+        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false, state
+           FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20",
     )
     .await?;
     let recent = firing(
-        "SELECT firing_key, holder, token, attempts, 0::float8, true
+        "SELECT firing_key, holder, token, attempts, 0::float8, true, state
            FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
     )
     .await?;
     let counts = rows(
         client,
-        "SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL) FROM rendezvous.status_firings",
+        "SELECT count(*) FILTER (WHERE completed_at IS NULL AND failed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL),
+                count(*) FILTER (WHERE failed_at IS NOT NULL)
+           FROM rendezvous.status_firings",
     )
     .await?;
+    let tasks: Vec<Value> = rows(
+        client,
+        "SELECT task_id, schedule, time_zone, paused, extract(epoch FROM next_fire_at - clock_timestamp())::float8,
+                running, pending + retrying, failed, last_error, skipped
+           FROM rendezvous.status_tasks ORDER BY next_fire_at NULLS LAST, task_id LIMIT 20",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"task_id": r.get::<_, String>(0), "schedule": r.get::<_, String>(1), "time_zone": r.get::<_, String>(2), "paused": r.get::<_, bool>(3), "next_fire_in_seconds": r.get::<_, Option<f64>>(4), "running": r.get::<_, i64>(5), "waiting": r.get::<_, i64>(6), "failed": r.get::<_, i64>(7), "last_error": r.get::<_, Option<String>>(8), "skipped": r.get::<_, i64>(9)}))
+    .collect();
     let runs: Vec<Value> = rows(
         client,
         "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10",
@@ -64,7 +76,9 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     Ok(json!({
         "hosts": hosts,
         "leaders": leaders,
+        "tasks": tasks,
         "firings": {"in_flight": counts[0].get::<_, i64>(0), "completed": counts[0].get::<_, i64>(1),
+                    "failed": counts[0].get::<_, i64>(2),
                     "in_flight_sample": in_flight, "recently_completed": recent},
         "recent_runs": runs,
     }))
@@ -117,13 +131,30 @@ pub fn prometheus(v: &Value) -> String {
     let f = &v["firings"];
     family(
         "rendezvous_firings_in_flight",
-        "Claimed firings not completed yet.",
+        "Firings not finished yet: pending, running, expired or waiting for a retry.",
         vec![(String::new(), f["in_flight"].as_f64().unwrap_or(0.0))],
     );
     family(
         "rendezvous_firings_completed",
         "Completed firings kept (purge_firings lowers it).",
         vec![(String::new(), f["completed"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_firings_failed",
+        "Firings failed for good, kept (purge_firings lowers it).",
+        vec![(String::new(), f["failed"].as_f64().unwrap_or(0.0))],
+    );
+    let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
+    let task = |t: &Value| format!("{{task_id=\"{}\"}}", label(t["task_id"].as_str().unwrap_or("")));
+    family(
+        "rendezvous_task_next_fire_seconds",
+        "Seconds until the task's next fire time (database clock; negative: due, not made a firing yet).",
+        tasks.iter().filter_map(|t| t["next_fire_in_seconds"].as_f64().map(|s| (task(t), s))).collect(),
+    );
+    family(
+        "rendezvous_task_failed_firings",
+        "The task's firings failed for good, kept.",
+        tasks.iter().map(|t| (task(t), t["failed"].as_f64().unwrap_or(0.0))).collect(),
     );
     out
 }
@@ -154,15 +185,40 @@ pub fn print(v: &Value) {
             l["epoch"]
         );
     }
-    let f = &v["firings"];
-    println!("firings: {} in flight, {} completed", f["in_flight"], f["completed"]);
-    for x in f["in_flight_sample"].as_array().into_iter().flatten() {
+    println!("tasks");
+    for t in v["tasks"].as_array().into_iter().flatten() {
+        let next = match (t["paused"].as_bool(), t["next_fire_in_seconds"].as_f64()) {
+            (Some(true), _) => "paused".to_owned(),
+            (_, Some(s)) => format!("next in {s:.1} s"),
+            (_, None) => "never again".to_owned(),
+        };
         println!(
-            "  in flight {} held by {} (token {}, lease {:.1} s left)",
+            "  {:<24} {:<20} {:<14} {} running, {} waiting, {} failed, {} skipped{}",
+            t["task_id"].as_str().unwrap_or(""),
+            t["schedule"].as_str().unwrap_or(""),
+            next,
+            t["running"],
+            t["waiting"],
+            t["failed"],
+            t["skipped"],
+            t["last_error"].as_str().map(|e| format!(" (last error: {e})")).unwrap_or_default()
+        );
+    }
+    let f = &v["firings"];
+    println!("firings: {} in flight, {} completed, {} failed", f["in_flight"], f["completed"], f["failed"]);
+    for x in f["in_flight_sample"].as_array().into_iter().flatten() {
+        let holder = x["holder"].as_str().map(|h| {
+            format!(
+                "held by {h} (token {}, lease {:.1} s left)",
+                x["token"],
+                x["lease_left_seconds"].as_f64().unwrap_or(0.0)
+            )
+        });
+        println!(
+            "  {:<9} {} {}",
+            x["state"].as_str().unwrap_or(""),
             x["key"].as_str().unwrap_or(""),
-            x["holder"].as_str().unwrap_or(""),
-            x["token"],
-            x["lease_left_seconds"].as_f64().unwrap_or(0.0)
+            holder.unwrap_or_else(|| "not held".into())
         );
     }
     for x in f["recently_completed"].as_array().into_iter().flatten() {

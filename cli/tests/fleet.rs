@@ -23,7 +23,12 @@ fn a_short_fleet_under_chaos_passes() {
     assert_eq!(figure(&report, "firings completed"), due);
     assert_eq!(figure(&report, "executed twice"), 0);
     assert_eq!(figure(&report, "lost"), 0);
-    assert_eq!(figure(&report, "started early"), 0, "a firing started before it was due: {report}");
+    assert_eq!(figure(&report, "started before due"), 0, "a firing started before it was due: {report}");
+    assert_eq!(figure(&report, "failed for good"), 0, "{report}");
+    assert!(
+        figure(&report, "retried after a failure") > 0,
+        "planned first-attempt failures were retried: {report}"
+    );
     assert_eq!(figure(&report, "runs admitted"), due);
     assert!(report.contains("chaos "), "chaos ran: {report}");
 }
@@ -52,7 +57,8 @@ fn status_reports_as_json_for_an_observer_role() {
   -c "SELECT rendezvous.heartbeat('h1')" \
   -c "SELECT * FROM rendezvous.try_lead('g', 'h1')" \
   -c "SELECT * FROM rendezvous.spawn_run('acme', 'wf', '{{}}', 'k1')" \
-  -c "SELECT * FROM rendezvous.claim_firing('t', '2026-01-01 00:00+00', 'h1')" >/dev/null
+  -c "SELECT * FROM rendezvous.claim_firing('t', '2026-01-01 00:00+00', 'h1')" \
+  -c "SELECT rendezvous.schedule_task('nightly', '@daily', 'Europe/Berlin')" >/dev/null
 "{rendezvous}" status --json --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
 echo '--- prometheus'
 "{rendezvous}" status --prometheus --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
@@ -77,10 +83,14 @@ timeout 2.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@
     assert_eq!(status["recent_runs"][0]["dispatch_key"], "k1");
     assert_eq!(status["firings"]["in_flight"], 1);
     assert_eq!(status["firings"]["in_flight_sample"][0]["holder"], "h1");
+    assert_eq!(status["tasks"][0]["task_id"], "nightly");
+    assert_eq!(status["tasks"][0]["schedule"], "@daily");
+    assert!(status["tasks"][0]["next_fire_in_seconds"].as_f64().unwrap() > 0.0);
     for line in [
         "rendezvous_host_live{host_id=\"h1\"} 1",
         "rendezvous_leader_epoch{group=\"g\"} 1",
         "rendezvous_firings_in_flight 1",
+        "rendezvous_task_failed_firings{task_id=\"nightly\"} 0",
     ] {
         assert!(prometheus.lines().any(|l| l == line), "no {line:?} in:\n{prometheus}");
     }
