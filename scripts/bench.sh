@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing ...]     (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler ...]     (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,13 +12,18 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
   for b in "${benches[@]}"; do cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"; done
   log "building the rendezvous command"
   cargo build --quiet -p rendezvous-cli
-  "$RENDEZVOUS" cluster run -- "$ROOT_DIR/scripts/bench.sh" --on-cluster "${benches[@]}"
+  # The scheduler bench compares with pg_cron, which must be preloaded.
+  local settings=()
+  if [[ " ${benches[*]} " == *" scheduler "* ]]; then
+    settings=(-c shared_preload_libraries=pg_cron -c cron.database_name=postgres)
+  fi
+  "$RENDEZVOUS" cluster run "${settings[@]}" -- "$ROOT_DIR/scripts/bench.sh" --on-cluster "${benches[@]}"
 }
 
 # Run as `scripts/bench.sh --on-cluster BENCH...` under `rendezvous cluster run`, which exports

@@ -578,6 +578,47 @@ impl Side {
     }
 }
 
+/// A completion waiting for its batch: the firing, its token, and where to say how it went.
+type Completion = (Firing, i64, tokio::sync::oneshot::Sender<std::result::Result<bool, String>>);
+
+/// Completes firings in batches on the side connection: one `complete_firings` statement (one
+/// commit, one flush) for every completion that arrived meanwhile. Ends when the scheduler is
+/// dropped (its sender with it).
+async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Completion>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let pairs: Vec<(Firing, i64)> = batch.iter().map(|(f, t, _)| (f.clone(), *t)).collect();
+        let result = side
+            .call(|c| {
+                let pairs = pairs.clone();
+                async move {
+                    let refs: Vec<(&Firing, i64)> = pairs.iter().map(|(f, t)| (f, *t)).collect();
+                    firing::complete_firings(&*c, &refs).await
+                }
+            })
+            .await;
+        match result {
+            Ok(done) => {
+                for ((_, _, reply), ok) in batch.into_iter().zip(done) {
+                    let _ = reply.send(Ok(ok));
+                }
+            }
+            Err(e) => {
+                let e = e.to_string();
+                for (_, _, reply) in batch {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
+
 struct Shared {
     url: String,
     host_id: String,
@@ -585,7 +626,8 @@ struct Shared {
     tasks: Vec<TaskSpec>,
     handlers: HashMap<String, Arc<HandlerFn>>,
     pool: Pool,
-    side: Side,
+    side: Arc<Side>,
+    completions: tokio::sync::mpsc::UnboundedSender<Completion>,
     counters: Counters,
     /// Firings running here, by key: what shutdown releases if they do not finish.
     running: Mutex<HashMap<String, (Firing, i64)>>,
@@ -793,17 +835,21 @@ impl SchedulerBuilder {
             return Err(Error::InvalidArgument("a scheduler needs at least one handler".into()));
         }
         let application_name = format!("rendezvous scheduler {}", self.host_id);
+        let side = Arc::new(Side {
+            url: self.url.clone(),
+            application_name: format!("{application_name} leases"),
+            client: tokio::sync::Mutex::new(None),
+        });
+        let (completions, pending) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(complete_in_batches(side.clone(), pending));
         let shared = Arc::new(Shared {
             pool: Pool {
                 url: self.url.clone(),
                 application_name: format!("{application_name} job"),
                 idle: Mutex::new(Vec::new()),
             },
-            side: Side {
-                url: self.url.clone(),
-                application_name: format!("{application_name} leases"),
-                client: tokio::sync::Mutex::new(None),
-            },
+            side: side.clone(),
+            completions,
             slots: Arc::new(Semaphore::new(self.options.max_concurrent)),
             url: self.url,
             host_id: self.host_id,
@@ -961,6 +1007,10 @@ impl Offset {
     }
 }
 
+/// The shortest time between two looks at the database: an instant the clocks' measured
+/// offset puts just past, or firings finishing one after another, wait this long.
+const MIN_TICK: Duration = Duration::from_millis(10);
+
 /// The scheduling loop; returns the handles of firings still running when it stopped.
 async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut control = Some(first);
@@ -992,12 +1042,17 @@ async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>
                 }
             },
         };
+        let ticked = Instant::now();
         match tick(&shared, &client, &mut view, &mut last_heartbeat, &mut jobs).await {
             Ok(wait) => {
                 control = Some(client);
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = shared.finished.notified() => {}
+                    _ = shared.finished.notified() => {
+                        // Firings finishing one by one must not make a look per firing: the
+                        // next look gathers what finished meanwhile.
+                        tokio::time::sleep_until((ticked + MIN_TICK).into()).await;
+                    }
                     _ = stop.changed() => {}
                 }
             }
@@ -1046,8 +1101,14 @@ async fn tick(
     }
     let view = view.as_ref().expect("read above");
     let free = shared.slots.available_permits();
+    if free == 0 {
+        return Ok(o.poll); // woken early by a finishing firing
+    }
+    // Enough of the oldest due firings for this host to find its share among them (about
+    // `free` it ranks first for), not every due firing each time.
+    let want = (free * view.len().max(1) * 2).clamp(64, 1000) as i32;
     let local_before = SystemTime::now();
-    let (due, db_now) = due_firings(client, 1000).await?;
+    let (due, db_now) = due_firings(client, want).await?;
     let offset = Offset::measure(db_now, local_before, SystemTime::now());
     let now_local = || match &o.clock {
         Clock::Database => SystemTime::now(),
@@ -1130,7 +1191,7 @@ async fn tick(
     }
     // Never spin: an instant already past (the clocks' offset is measured, not exact) is
     // looked at again after a few milliseconds.
-    Ok(wait.max(Duration::from_millis(2)))
+    Ok(wait.max(MIN_TICK))
 }
 
 /// Starts a claimed firing's handler on its own task.
@@ -1206,14 +1267,9 @@ async fn run_job(
     match outcome {
         Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, token),
         Ok(Ok(())) => {
-            let f = firing.clone();
-            let result = shared
-                .side
-                .call(|c| {
-                    let f = f.clone();
-                    async move { firing::complete_firing(&*c, &f, token).await }
-                })
-                .await;
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let _ = shared.completions.send((firing.clone(), token, reply));
+            let result = answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()));
             match result {
                 Ok(true) => done(shared, token),
                 Ok(false) => {

@@ -173,11 +173,23 @@ impl Schedule {
         until: Timestamp,
         max: usize,
     ) -> Result<Vec<Timestamp>, ()> {
+        self.between_and_next(zone, after, until, max).map(|(times, _)| times)
+    }
+
+    /// [`between`](Self::between), and the first fire time after `until` (found on the way).
+    #[allow(clippy::type_complexity)]
+    fn between_and_next(
+        &self,
+        zone: &TimeZone,
+        after: Timestamp,
+        until: Timestamp,
+        max: usize,
+    ) -> Result<(Vec<Timestamp>, Option<Timestamp>), ()> {
         let mut out = Vec::new();
         let mut cursor = after;
         while let Some(next) = self.next_after(zone, cursor) {
             if next > until {
-                break;
+                return Ok((out, Some(next)));
             }
             if out.len() == max {
                 return Err(());
@@ -188,7 +200,7 @@ impl Schedule {
             out.push(next);
             cursor = next;
         }
-        Ok(out)
+        Ok((out, None))
     }
 }
 
@@ -297,13 +309,21 @@ fn plan_firings(
             (run, skipped, resume)
         }
         "latest" | "skip" => {
-            let due = count(just_before_from, now);
-            let latest = s.latest_at_or_before(&zone, now).filter(|t| *t >= from);
+            // Usually one or two fire times: walk them (and learn the next one on the way);
+            // after a long downtime, count up to the cap and search back for the latest.
+            let (due, latest, next) = match s.between_and_next(&zone, just_before_from, now, MAX_FIRE_TIMES) {
+                Ok((times, next)) => (times.len() as i64, times.last().copied(), Some(next)),
+                Err(()) => {
+                    (MAX_FIRE_TIMES as i64, s.latest_at_or_before(&zone, now).filter(|t| *t >= from), None)
+                }
+            };
             let run: Vec<Timestamp> = match latest {
                 Some(t) if catch_up == "latest" || t >= window_start => vec![t],
                 _ => vec![],
             };
-            (run.clone(), (due - run.len() as i64).max(0), now)
+            let skipped = (due - run.len() as i64).max(0);
+            let next = next.unwrap_or_else(|| s.next_after(&zone, now));
+            return TableIterator::once((run.into_iter().map(to_pg).collect(), skipped, next.map(to_pg)));
         }
         other => invalid_argument(format!("catch_up must be latest, all or skip (got \"{other}\")")),
     };

@@ -54,6 +54,24 @@ BEGIN
     IF rendezvous.live_hosts('1 day') <> ARRAY['host-a', 'host-b'] THEN
         RAISE EXCEPTION 'live hosts after upgrade: %', rendezvous.live_hosts('1 day');
     END IF;
+
+    -- 0.1.0's firings read as 0.2.0 states; the scheduler works on the upgraded schema, and a
+    -- 0.1.0 firing of a task scheduled after the upgrade is that task's.
+    IF (SELECT array_agg(state ORDER BY fire_at) FROM rendezvous.status_firings WHERE task_id IN ('nightly', 'hourly'))
+       <> ARRAY['completed', 'completed', 'running'] THEN
+        RAISE EXCEPTION 'firing states after upgrade: %', (SELECT array_agg(state) FROM rendezvous.status_firings);
+    END IF;
+    -- (Overlap allowed: host-a's 0.1.0 claim on 02:00 still runs.)
+    IF rendezvous.schedule_task('hourly', '0 * * * *', overlap => 'allow') <= pg_catalog.clock_timestamp() THEN
+        RAISE EXCEPTION 'scheduling after upgrade';
+    END IF;
+    UPDATE rendezvous.tasks SET next_fire_at = date_trunc('hour', pg_catalog.clock_timestamp()) WHERE task_id = 'hourly';
+    IF (SELECT count(*) FROM rendezvous.due_firings() WHERE task_id = 'hourly') <> 1 THEN
+        RAISE EXCEPTION 'due firings after upgrade';
+    END IF;
+    IF (SELECT last_completed_at IS NULL FROM rendezvous.status_tasks WHERE task_id = 'hourly' AND last_completed_fire_at = '2026-11-29 01:00+00'::timestamptz) IS NOT false THEN
+        RAISE EXCEPTION 'the task does not see its 0.1.0 firing: %', (SELECT to_jsonb(t) FROM rendezvous.status_tasks t);
+    END IF;
 END
 $$;
 DROP TABLE public.before_upgrade;
