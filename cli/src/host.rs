@@ -124,6 +124,7 @@ async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Erro
     let (token, host, fire_at) = (job.token(), job.host_id().to_owned(), job.firing().fire_at);
     let task_id = job.firing().task_id.clone();
     job.client()
+        .await?
         .execute(
             "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)",
             &[&&*tag, &key, &token, &host, &fire_at],
@@ -136,11 +137,11 @@ async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Erro
     }
     // The run this firing starts, admitted by its key: a re-execution gets the same run back.
     let input = serde_json::json!({ "task": task_id, "token": token });
-    let admission = spawn_run(job.client(), &tag, &task_id, &input, Some(&key)).await?;
+    let admission = spawn_run(job.client().await?, &tag, &task_id, &input, Some(&key)).await?;
     let mut admissions = vec![admission];
     if key.bytes().map(u64::from).sum::<u64>() % 4 == 0 {
         // A redelivered spawn request (at-least-once transport): same key, same run.
-        let again = spawn_run(job.client(), &tag, &task_id, &input, Some(&key)).await?;
+        let again = spawn_run(job.client().await?, &tag, &task_id, &input, Some(&key)).await?;
         if again.run_id != admission.run_id || again.created {
             return Err(rendezvous_client::Error::InvalidArgument(format!(
                 "redelivery of {key} admitted a second run"
@@ -150,6 +151,7 @@ async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Erro
     }
     for a in admissions {
         job.client()
+            .await?
             .execute(
                 "INSERT INTO fleet_admissions (tag, firing_key, run_id, created) VALUES ($1, $2, $3, $4)",
                 &[&&*tag, &key, &a.run_id, &a.created],

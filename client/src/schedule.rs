@@ -644,7 +644,9 @@ pub struct Job {
     token: i64,
     attempt: i32,
     host_id: String,
-    client: Option<Client>,
+    /// Taken from the pool on first use: a handler that never touches the database holds no
+    /// connection.
+    client: tokio::sync::OnceCell<Client>,
     shared: Arc<Shared>,
     completed: Arc<AtomicBool>,
 }
@@ -686,16 +688,18 @@ impl Job {
         format!("{}#{}", self.key, self.token)
     }
 
-    /// The job's connection, for reads and writes outside the fenced transaction.
-    pub fn client(&self) -> &Client {
-        self.client.as_ref().expect("a job holds its connection until dropped")
+    /// The job's connection (from the scheduler's pool, taken on first use), for reads and
+    /// writes outside the fenced transaction.
+    pub async fn client(&self) -> Result<&Client> {
+        self.client.get_or_try_init(|| self.shared.pool.get()).await
     }
 
     /// Begins a transaction on the job's connection whose [`FencedTransaction::complete`]
     /// checks the token, marks the firing done and commits, all at once: the handler's writes
     /// commit if and only if its claim is still current.
     pub async fn transaction(&mut self) -> Result<FencedTransaction<'_>> {
-        let client = self.client.as_mut().expect("a job holds its connection until dropped");
+        self.client().await?;
+        let client = self.client.get_mut().expect("connected just above");
         let tx = client.transaction().await?;
         Ok(FencedTransaction {
             tx,
@@ -1011,6 +1015,10 @@ impl Offset {
 /// offset puts just past, or firings finishing one after another, wait this long.
 const MIN_TICK: Duration = Duration::from_millis(10);
 
+/// After a firing finishes, how long a scheduler gathers others finishing before it looks for
+/// more work (unless its next look is due anyway).
+const GATHER: Duration = Duration::from_millis(50);
+
 /// The scheduling loop; returns the handles of firings still running when it stopped.
 async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut control = Some(first);
@@ -1049,9 +1057,10 @@ async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = shared.finished.notified() => {
-                        // Firings finishing one by one must not make a look per firing: the
-                        // next look gathers what finished meanwhile.
-                        tokio::time::sleep_until((ticked + MIN_TICK).into()).await;
+                        // Firings finishing one by one must not make a look per firing (each
+                        // look costs the database a query): the next look gathers what
+                        // finished meanwhile.
+                        tokio::time::sleep_until((ticked + GATHER).into()).await;
                     }
                     _ = stop.changed() => {}
                 }
@@ -1127,7 +1136,7 @@ async fn tick(
     };
     let running: HashSet<String> = shared.running.lock().expect("running lock").keys().cloned().collect();
     let mut wait = o.poll;
-    let mut claim: Vec<&DueFiring> = Vec::new();
+    let mut claim: Vec<(usize, &DueFiring)> = Vec::new();
     for d in &due {
         if !shared.handlers.contains_key(&d.firing.task_id) {
             continue;
@@ -1141,11 +1150,14 @@ async fn tick(
         let try_at = d.claimable_since + o.rank_delay * rank as u32;
         match try_at.duration_since(db_now_est()) {
             Ok(later) if !later.is_zero() => wait = wait.min(later),
-            _ => claim.push(d),
+            _ => claim.push((rank, d)),
         }
     }
-    claim.sort_by_key(|d| d.claimable_since);
+    // Its own firings first, then, with slots to spare, those of hosts that let them wait
+    // (dead, or busy): a busy fleet does not fight over the oldest firings.
+    claim.sort_by_key(|(rank, d)| (*rank > 0, d.claimable_since));
     claim.truncate(free);
+    let claim: Vec<&DueFiring> = claim.into_iter().map(|(_, d)| d).collect();
     // One claim call per lease.
     let mut by_lease: BTreeMap<Duration, Vec<&DueFiring>> = BTreeMap::new();
     for d in claim {
@@ -1219,14 +1231,6 @@ async fn run_job(
     lease: Duration,
 ) {
     let Some(handler) = shared.handlers.get(&firing.task_id).cloned() else { return };
-    let client = match shared.pool.get().await {
-        Ok(c) => Some(c),
-        Err(e) => {
-            tracing::warn!(error = %e, "no connection for a claimed firing; failing this attempt");
-            record_failure(shared, &firing, token, &format!("no database connection: {e}")).await;
-            return;
-        }
-    };
     let completed = Arc::new(AtomicBool::new(false));
     let job = Job {
         firing: firing.clone(),
@@ -1234,7 +1238,7 @@ async fn run_job(
         token,
         attempt,
         host_id: shared.host_id.clone(),
-        client,
+        client: tokio::sync::OnceCell::new(),
         shared: shared.clone(),
         completed: completed.clone(),
     };

@@ -199,54 +199,58 @@ $$;
 COMMENT ON FUNCTION rendezvous.resume_task(text) IS
     'Resumes a paused task from its next fire time after now (idempotent) and returns it; P0002 when there is no such task.';
 
+-- One row per call: without this the planner assumes 1,000 and, over a pass of many tasks,
+-- costs the statement high enough to JIT-compile it (a quarter of a second, every pass).
+ALTER FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz) ROWS 1;
+
 -- Turns the fire times that have come into firings, for at most max_tasks tasks (those
 -- another session is doing are skipped, not waited for). Per task: the catch-up policy picks
 -- which due fire times run (_plan_firings); with overlap = 'skip', none does while an earlier
--- firing of the task is unfinished, and one pass makes at most one.
+-- firing of the task is unfinished, and one pass makes at most one. One statement for all the
+-- tasks of a pass.
 CREATE FUNCTION rendezvous._make_due_firings(now_ timestamptz, max_tasks integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    t rendezvous.tasks%ROWTYPE;
-    plan record;
-    run_at timestamptz[];
-    overlap_skipped integer;
 BEGIN
-    FOR t IN
-        SELECT * FROM rendezvous.tasks tk
-         WHERE tk.next_fire_at <= now_ AND NOT tk.paused
-         ORDER BY tk.next_fire_at
+    WITH due AS (
+        SELECT t.task_id, t.schedule, t.time_zone, t.overlap, t.catch_up, t.catch_up_window, t.next_fire_at
+          FROM rendezvous.tasks t
+         WHERE t.next_fire_at <= now_ AND NOT t.paused
+         ORDER BY t.next_fire_at
          LIMIT max_tasks
            FOR UPDATE SKIP LOCKED
-    LOOP
-        SELECT * INTO plan
-          FROM rendezvous._plan_firings(t.schedule, t.time_zone, t.catch_up, t.catch_up_window, t.next_fire_at, now_);
-        run_at := plan.run_at;
-        overlap_skipped := 0;
-        IF t.overlap = 'skip' AND cardinality(run_at) > 0 THEN
-            IF EXISTS (SELECT 1 FROM rendezvous.firings f
-                        WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) THEN
-                overlap_skipped := cardinality(run_at);
-                run_at := '{}';
-            ELSIF cardinality(run_at) > 1 THEN
-                overlap_skipped := cardinality(run_at) - 1;
-                run_at := run_at[1:1];
-            END IF;
-        END IF;
+    ), planned AS (
+        SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
+               EXISTS (SELECT 1 FROM rendezvous.firings f
+                        WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) AS busy
+          FROM due d
+          CROSS JOIN LATERAL rendezvous._plan_firings(d.schedule, d.time_zone, d.catch_up, d.catch_up_window,
+                                                      d.next_fire_at, now_) p
+    ), decided AS (
+        SELECT pl.task_id, pl.next_fire_at, pl.skipped AS catch_up_skipped,
+               CASE WHEN pl.overlap = 'allow' OR cardinality(pl.run_at) = 0 THEN pl.run_at
+                    WHEN pl.busy THEN '{}'::timestamptz[]
+                    ELSE pl.run_at[1:1] END AS run_at,
+               CASE WHEN pl.overlap = 'allow' OR cardinality(pl.run_at) = 0 THEN 0
+                    WHEN pl.busy THEN cardinality(pl.run_at)
+                    ELSE cardinality(pl.run_at) - 1 END AS overlap_skipped
+          FROM planned pl
+    ), made AS (
         INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
-        SELECT rendezvous.firing_key(t.task_id, r.at), t.task_id, r.at, NULL, 0, NULL, r.at, 0
-          FROM unnest(run_at) AS r(at)
-        ON CONFLICT (firing_key) DO NOTHING;
-        UPDATE rendezvous.tasks tk
-           SET next_fire_at = plan.next_fire_at,
-               skipped = tk.skipped + plan.skipped + overlap_skipped,
-               last_skipped_at = CASE WHEN plan.skipped + overlap_skipped > 0 THEN now_ ELSE tk.last_skipped_at END,
-               last_skip_reason = CASE WHEN overlap_skipped > 0 THEN 'overlap'
-                                       WHEN plan.skipped > 0 THEN 'catch_up'
-                                       ELSE tk.last_skip_reason END
-         WHERE tk.task_id = t.task_id;
-    END LOOP;
+        SELECT rendezvous.firing_key(d.task_id, r.at), d.task_id, r.at, NULL, 0, NULL, r.at, 0
+          FROM decided d CROSS JOIN LATERAL unnest(d.run_at) AS r(at)
+        ON CONFLICT (firing_key) DO NOTHING
+    )
+    UPDATE rendezvous.tasks tk
+       SET next_fire_at = d.next_fire_at,
+           skipped = tk.skipped + d.catch_up_skipped + d.overlap_skipped,
+           last_skipped_at = CASE WHEN d.catch_up_skipped + d.overlap_skipped > 0 THEN now_ ELSE tk.last_skipped_at END,
+           last_skip_reason = CASE WHEN d.overlap_skipped > 0 THEN 'overlap'
+                                   WHEN d.catch_up_skipped > 0 THEN 'catch_up'
+                                   ELSE tk.last_skip_reason END
+      FROM decided d
+     WHERE tk.task_id = d.task_id;
 END
 $$;
 
@@ -269,7 +273,10 @@ BEGIN
         RAISE EXCEPTION 'max_firings must be between 1 and 100000 (got %)', due_firings.max_firings
             USING ERRCODE = '22023';
     END IF;
-    PERFORM rendezvous._make_due_firings(now_, due_firings.max_firings);
+    -- Every task that came due, not just max_firings of them: one poller makes a burst of
+    -- firings at once (the others skip the tasks it holds), so every host then sees the same
+    -- due firings and claims its own.
+    PERFORM rendezvous._make_due_firings(now_, 10000);
     RETURN QUERY
         SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease
           FROM rendezvous.firings f
@@ -282,8 +289,10 @@ $$;
 COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
     'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
 
--- When something may next become claimable: the earliest next fire time of an active task, or
--- the end of a lease or retry backoff of an unfinished firing. A scheduler sleeps until then.
+-- When something may next become claimable that is not claimable now: the earliest next fire
+-- time of an active task (it may be past: firings still to be made), or the end of a live
+-- lease or retry backoff. A scheduler sleeps until then (firings already claimable are in
+-- due_firings, and their ranks tell each host when to try).
 CREATE FUNCTION rendezvous.next_due_at() RETURNS timestamptz
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -293,11 +302,12 @@ AS $$
           WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
         UNION ALL
         (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
-          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused)
+          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
+            AND f.lease_until > pg_catalog.clock_timestamp())
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS
-    'The earliest instant a scheduled firing may become claimable (a next fire time, or the end of a lease or retry backoff); NULL when nothing is scheduled.';
+    'The earliest instant something scheduled may become claimable that is not claimable now: a task''s next fire time (past while its firings are being made), or the end of a live lease or retry backoff; NULL when nothing is scheduled.';
 
 -- A failed attempt: retried after the task's backoff (doubling each time, at most an hour)
 -- until max_attempts failures, then failed for good (failed_at set, never claimed again). A

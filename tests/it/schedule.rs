@@ -37,6 +37,7 @@ fn recording(host: &'static str) -> impl Fn(Job) -> futures_like::BoxFut + Send 
     move |mut job: Job| {
         Box::pin(async move {
             job.client()
+                .await?
                 .execute(
                     "INSERT INTO starts (key, token, host, fire_at) VALUES ($1, $2, $3, $4)",
                     &[&job.key().to_owned(), &job.token(), &host, &job.firing().fire_at],
@@ -250,6 +251,7 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
         .options(quick())
         .handler("slow", |job: Job| async move {
             job.client()
+                .await?
                 .execute(
                     "INSERT INTO starts (key, token, host) VALUES ($1, $2, 'slow-host')",
                     &[&job.key().to_owned(), &job.token()],
