@@ -1116,6 +1116,12 @@ async fn tick(
     // Enough of the oldest due firings for this host to find its share among them (about
     // `free` it ranks first for), not every due firing each time.
     let want = (free * view.len().max(1) * 2).clamp(64, 1000) as i32;
+    // When something becomes claimable next, read *before* the due firings: firings another
+    // host makes in between are then either in the due list or make this instant past (so the
+    // next look comes soon), never missed until the next fire time.
+    let local_before = SystemTime::now();
+    let (next_db_now, next) = next_due_at(client).await?;
+    let next_offset = Offset::measure(next_db_now, local_before, SystemTime::now());
     let local_before = SystemTime::now();
     let (due, db_now) = due_firings(client, want).await?;
     let offset = Offset::measure(db_now, local_before, SystemTime::now());
@@ -1189,12 +1195,9 @@ async fn tick(
         return Ok(o.poll); // woken early by a finishing firing
     }
     // Sleep until the database says something becomes due next (by its clock), at most `poll`.
-    let local_before = SystemTime::now();
-    let (db_now, next) = next_due_at(client).await?;
-    let offset = Offset::measure(db_now, local_before, SystemTime::now());
     if let Some(next) = next {
         let at_local = match &o.clock {
-            Clock::Database => offset.to_local(next),
+            Clock::Database => next_offset.to_local(next),
             // A host with its own clock believes the database's instant is its own.
             Clock::Local(_) => next,
         };

@@ -18,7 +18,8 @@ pub const TERMS_WON: &str = "rendezvous_leader_terms_won_total";
 /// Terms lost, by `group` and `reason`: `shutdown`, `connection_lost`, `lock_lost`, `pooler`,
 /// `refresh_failed`, `refresh_timed_out` (counter).
 pub const TERMS_LOST: &str = "rendezvous_leader_terms_lost_total";
-/// New connections made after one was lost, by `component`: `leader`, `membership` (counter).
+/// New connections made after one was lost, by `component`: `leader`, `membership`,
+/// `scheduler` (counter).
 pub const RECONNECTS: &str = "rendezvous_reconnects_total";
 /// Heartbeats, by `result`: `ok` or `error` (counter).
 pub const HEARTBEATS: &str = "rendezvous_heartbeats_total";
@@ -32,10 +33,11 @@ pub const FIRING_CLAIMS_LOST: &str = "rendezvous_firing_claims_lost_total";
 pub const FIRINGS_COMPLETED: &str = "rendezvous_firings_completed_total";
 /// Firings this host completed after taking them over from a holder whose lease ran out (counter).
 pub const FIRINGS_TAKEN_OVER: &str = "rendezvous_firings_taken_over_total";
-/// Firings whose work failed here, released for a retry (counter).
+/// Firings whose work failed here: recorded for a retry by a `Scheduler`, released by a
+/// `Dispatcher` (counter).
 pub const FIRINGS_FAILED: &str = "rendezvous_firings_failed_total";
-/// How late work started against the firing's due instant, on the dispatcher's clock
-/// (histogram, seconds).
+/// How late work started against the firing's due instant, on the host's estimate of the
+/// database clock (histogram, seconds).
 pub const FIRING_START_LATENESS: &str = "rendezvous_firing_start_lateness_seconds";
 /// Time one batch claim took (histogram, seconds).
 pub const FIRING_CLAIM_DURATION: &str = "rendezvous_firing_claim_duration_seconds";
