@@ -201,6 +201,43 @@ impl Cluster {
         }
     }
 
+    /// Adds `settings` to postgresql.conf and, if given, replaces pg_hba.conf with `hba`, then
+    /// restarts the server (for tests: TLS-only access, say). Files the settings name must be
+    /// readable by the server (put them in [`dir`](Self::dir), owned by it: see
+    /// [`give_to_server`](Self::give_to_server)).
+    pub fn configure(&self, settings: &[(&str, &str)], hba: Option<&str>) -> Result<(), String> {
+        let mut conf = String::from("\n# rendezvous cluster: configure\n");
+        for (name, value) in settings {
+            conf.push_str(&format!("{name} = {}\n", conf_quote(value)));
+        }
+        let conf_file = self.data().join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf_file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
+            .map_err(|e| format!("{}: {e}", conf_file.display()))?;
+        if let Some(hba) = hba {
+            let hba_file = self.data().join("pg_hba.conf");
+            std::fs::write(&hba_file, hba).map_err(|e| format!("{}: {e}", hba_file.display()))?;
+        }
+        self.restart()
+    }
+
+    /// Makes `path` (a file in this cluster's directory) the server's own, readable by it
+    /// alone (as PostgreSQL wants of a TLS key).
+    pub fn give_to_server(&self, path: &Path) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if is_root() {
+            let ok = Command::new("chown").arg("postgres:").arg(path).status().map_err(|e| e.to_string())?;
+            if !ok.success() {
+                return Err(format!("chown postgres: {} failed", path.display()));
+            }
+        }
+        Ok(())
+    }
+
     /// Restarts the server (every session ends, session locks with them).
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl("restart")

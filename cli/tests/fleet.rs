@@ -98,3 +98,105 @@ timeout 2.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@
     assert!(watch.matches("\x1b[H\x1b[2J").count() >= 2, "{watch:?}");
     assert!(watch.matches("hosts\n").count() >= 2, "{watch:?}");
 }
+
+/// A server that takes TLS connections only, with a CA the test makes: libpq's `sslmode`
+/// values mean what they mean to libpq, and the fleet passes over `verify-full`.
+#[test]
+fn over_tls_only_sslmodes_mean_what_libpq_says_and_the_fleet_passes() {
+    use rendezvous_cli::cluster::{Cluster, ClusterOptions};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
+    let cluster = rt.block_on(Cluster::start_with(&options)).unwrap();
+
+    // A CA, and a server certificate it signs for the name "localhost" only.
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "rendezvous test CA");
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let server_key = rcgen::KeyPair::generate().unwrap();
+    let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let dir = cluster.dir();
+    let (ca_file, cert_file, key_file) = (dir.join("ca.pem"), dir.join("server.crt"), dir.join("server.key"));
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, server.pem()).unwrap();
+    std::fs::write(&key_file, server_key.serialize_pem()).unwrap();
+    for f in [&cert_file, &key_file] {
+        cluster.give_to_server(f).unwrap();
+    }
+    cluster
+        .configure(
+            &[
+                ("ssl", "on"),
+                ("ssl_cert_file", cert_file.to_str().unwrap()),
+                ("ssl_key_file", key_file.to_str().unwrap()),
+            ],
+            // TCP only with TLS (the local socket stays for the server's own tools).
+            Some("local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n"),
+        )
+        .unwrap();
+
+    let url =
+        |host: &str, query: &str| format!("postgresql://postgres@{host}:{}/postgres?{query}", cluster.port);
+    let ca = ca_file.to_str().unwrap();
+    rt.block_on(async {
+        let refused = |url: String| async move {
+            rendezvous_client::connect(url.as_str()).await.err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        // No TLS: pg_hba has no line for it.
+        let e = refused(url("127.0.0.1", "sslmode=disable")).await;
+        assert!(e.contains("no encryption") || e.contains("pg_hba"), "{e}");
+        // verify-full against the wrong name: the certificate names localhost, not 127.0.0.1.
+        let e = refused(url("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}"))).await;
+        assert!(e.to_lowercase().contains("certificate"), "{e}");
+        // A root that did not sign the server's certificate.
+        let other = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let other_file = cluster.dir().join("other-ca.pem");
+        std::fs::write(&other_file, other.pem()).unwrap();
+        let e = refused(url("localhost", &format!("sslmode=verify-ca&sslrootcert={}", other_file.display())))
+            .await;
+        assert!(e.to_lowercase().contains("certificate"), "{e}");
+        // What works, each over TLS.
+        for query in [
+            "sslmode=require".to_owned(),
+            "sslmode=prefer".to_owned(),
+            format!("sslmode=verify-ca&sslrootcert={ca}"),
+        ] {
+            let client = rendezvous_client::connect(url("127.0.0.1", &query).as_str()).await.unwrap();
+            let ssl: bool = client
+                .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+                .await
+                .unwrap()
+                .get(0);
+            assert!(ssl, "{query}");
+        }
+        let client = rendezvous_client::connect(
+            url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")).as_str(),
+        )
+        .await
+        .unwrap();
+        rendezvous_client::check_extension(&client).await.unwrap();
+    });
+
+    // The fleet, every host and the controller over verify-full.
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["fleet", "--hosts", "3", "--duration", "6", "--tasks", "4", "--database-url"])
+        .arg(url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}")))
+        .output()
+        .expect("run rendezvous fleet");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fleet over TLS failed:\n{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("verdict                  PASS"), "{report}");
+    drop(cluster);
+}

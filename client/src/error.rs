@@ -52,11 +52,34 @@ pub enum Error {
     #[error("background task failed: {0}")]
     TaskFailed(String),
     /// Could not connect.
-    #[error("cannot connect to the database: {0}")]
+    #[error("cannot connect to the database: {}", describe(.0))]
     Connect(#[source] tokio_postgres::Error),
     /// The database refused or failed a call (see [`Error::sqlstate`]).
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Db(#[source] tokio_postgres::Error),
+}
+
+/// A driver error with what caused it: the server's message, SQLSTATE, detail and hint, or the
+/// chain of causes (a refused TLS certificate, say). tokio-postgres's own text is only "db
+/// error" or "error performing TLS handshake".
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut s = format!("{}: {} (SQLSTATE {})", db.severity(), db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            s.push_str(&format!("; detail: {detail}"));
+        }
+        if let Some(hint) = db.hint() {
+            s.push_str(&format!("; hint: {hint}"));
+        }
+        return s;
+    }
+    let mut s = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        s.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    s
 }
 
 impl From<tokio_postgres::Error> for Error {

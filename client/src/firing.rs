@@ -17,7 +17,7 @@ use futures_util::future::join_all;
 use tokio_postgres::{Client, GenericClient};
 
 use crate::hrw::HostSet;
-use crate::{signals, sql, Error, Result};
+use crate::{signals, sql, Database, Error, Result};
 
 /// One due firing of a recurring task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -430,7 +430,7 @@ impl std::fmt::Debug for Dispatcher {
 impl Dispatcher {
     /// Connects and checks the extension.
     pub async fn connect(
-        database_url: &str,
+        database: impl Into<Database>,
         host_id: &str,
         options: DispatcherOptions,
     ) -> Result<Dispatcher> {
@@ -438,7 +438,7 @@ impl Dispatcher {
         if options.lease.is_zero() || options.max_in_flight == 0 || options.poll.is_zero() {
             return Err(Error::InvalidArgument("lease, poll and max_in_flight must be > 0".into()));
         }
-        let client = crate::connect_as(database_url, &format!("rendezvous dispatcher {host_id}")).await?;
+        let client = crate::connect_as(database, &format!("rendezvous dispatcher {host_id}")).await?;
         crate::check_extension(&client).await?;
         Ok(Dispatcher { client, host_id: host_id.to_owned(), options })
     }

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Notification};
 
-use crate::{signals, sql, Error, Result};
+use crate::{signals, sql, Database, Error, Result};
 
 /// One claim attempt's answer (`rendezvous.try_lead`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +198,7 @@ impl LeaderElector {
     /// Starts electing: checks the extension, then runs in the background. Candidate ids must
     /// be unique among the group's electors (a host id plus a process id is a good one).
     pub async fn start(
-        database_url: &str,
+        database: impl Into<Database>,
         group: &str,
         candidate: &str,
         options: LeaderOptions,
@@ -208,7 +208,8 @@ impl LeaderElector {
         if options.refresh.is_zero() || options.lease() < options.refresh {
             return Err(Error::InvalidArgument("refresh must be > 0 and lease >= refresh".into()));
         }
-        let probe = crate::connect(database_url).await?;
+        let database = database.into();
+        let probe = crate::connect(&database).await?;
         crate::check_extension(&probe).await?;
         drop(probe);
         let (state_tx, state) = watch::channel(Leadership {
@@ -221,7 +222,7 @@ impl LeaderElector {
         let valid_until = Arc::new(AtomicU64::new(0));
         let base = Instant::now();
         let run = Run {
-            url: database_url.to_owned(),
+            database,
             group: group.to_owned(),
             candidate: candidate.to_owned(),
             options,
@@ -310,7 +311,7 @@ struct Session {
 const UNRECORDED_HOLDER_RETRY: Duration = Duration::from_millis(100);
 
 struct Run {
-    url: String,
+    database: Database,
     group: String,
     candidate: String,
     options: LeaderOptions,
@@ -455,7 +456,7 @@ impl Run {
 
     async fn connect(&self) -> Result<Session> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
-        let watched = crate::connect_watched(&self.url, &name).await?;
+        let watched = crate::connect_watched(&self.database, &name).await?;
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
         let pid: i32 = watched.client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
         Ok(Session {

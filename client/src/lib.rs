@@ -51,6 +51,7 @@
 #![warn(missing_debug_implementations)]
 
 pub mod admission;
+pub mod database;
 mod error;
 pub mod firing;
 pub mod hrw;
@@ -66,6 +67,7 @@ pub mod signals;
 pub mod sql;
 
 pub use admission::{spawn_run, Admission};
+pub use database::Database;
 pub use error::{Error, Result};
 pub use firing::{Clock, DispatchReport, Dispatcher, DispatcherOptions, Firing, FiringClaim, FiringContext};
 pub use hrw::{HostSet, WeightError};
@@ -135,12 +137,13 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
     Ok(installed)
 }
 
-/// Connects with `tokio_postgres` (no TLS) and drives the connection on a background task
-/// (spawned with `tokio::spawn`, so call it inside a Tokio runtime).
+/// Connects with `tokio_postgres` and drives the connection on a background task (spawned
+/// with `tokio::spawn`, so call it inside a Tokio runtime).
 ///
-/// The URL is anything `tokio_postgres::Config` parses (`postgres://user@host/db?...` or
-/// `host=... dbname=...`), multi-host URLs with `target_session_attrs=read-write` included.
-/// The session's `application_name` is `rendezvous` unless the URL sets one.
+/// `database` is a URL (`postgres://user@host/db?...` or `host=... dbname=...`, multi-host
+/// URLs with `target_session_attrs=read-write` included, TLS as libpq's `sslmode` and
+/// `sslrootcert` say: see [`database`]) or a [`Database`] of your own settings and TLS
+/// connector. The session's `application_name` is `rendezvous` unless the URL sets one.
 ///
 /// ```no_run
 /// # async fn run() -> rendezvous_client::Result<()> {
@@ -150,14 +153,17 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn connect(database_url: &str) -> Result<tokio_postgres::Client> {
-    connect_as(database_url, "rendezvous").await
+pub async fn connect(database: impl Into<Database>) -> Result<tokio_postgres::Client> {
+    connect_as(database, "rendezvous").await
 }
 
 /// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
 /// host's sessions are recognisable in `pg_stat_activity`.
-pub async fn connect_as(database_url: &str, application_name: &str) -> Result<tokio_postgres::Client> {
-    Ok(connect_watched(database_url, application_name).await?.client)
+pub async fn connect_as(
+    database: impl Into<Database>,
+    application_name: &str,
+) -> Result<tokio_postgres::Client> {
+    Ok(connect_watched(&database.into(), application_name).await?.client)
 }
 
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
@@ -171,12 +177,13 @@ pub(crate) struct Watched {
 }
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
-pub(crate) async fn connect_watched(database_url: &str, application_name: &str) -> Result<Watched> {
-    let mut config: tokio_postgres::Config = database_url.parse().map_err(Error::Connect)?;
+pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
+    let (config, tls) = database.parts()?;
+    let mut config = config.clone();
     if config.get_application_name().is_none() {
         config.application_name(application_name);
     }
-    let (client, mut connection) = config.connect(tokio_postgres::NoTls).await.map_err(Error::Connect)?;
+    let (client, mut connection) = config.connect(tls.clone()).await.map_err(Error::Connect)?;
     let (closed_tx, closed) = tokio::sync::oneshot::channel();
     let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
     tokio::spawn(async move {

@@ -5,7 +5,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::GenericClient;
 
-use crate::{connect_as, signals, sql, Error, Result};
+use crate::{connect_as, signals, sql, Database, Error, Result};
 
 /// The staleness window the SQL functions use by default.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
@@ -143,24 +143,22 @@ impl Membership {
     /// Connects, sends the first heartbeat (so a bad URL, a missing extension or a bad host id
     /// fails here), then keeps heartbeating every `options.interval`, reconnecting if the
     /// connection drops.
-    pub async fn start(database_url: &str, host_id: &str, options: MembershipOptions) -> Result<Membership> {
+    pub async fn start(
+        database: impl Into<Database>,
+        host_id: &str,
+        options: MembershipOptions,
+    ) -> Result<Membership> {
+        let database = database.into();
         check_host_id(host_id)?;
         if options.interval.is_zero() {
             return Err(Error::InvalidArgument("heartbeat interval must be greater than zero".into()));
         }
-        let client = connect_as(database_url, &session_name(host_id)).await?;
+        let client = connect_as(&database, &session_name(host_id)).await?;
         crate::check_extension(&client).await?;
         let first = heartbeat(&client, host_id, options.weight).await?;
         let (stop, stop_rx) = watch::channel(false);
         let (status_tx, status) = watch::channel(HeartbeatStatus { last_ok: Some(first), last_error: None });
-        let task = tokio::spawn(run(
-            database_url.to_owned(),
-            host_id.to_owned(),
-            options,
-            client,
-            stop_rx,
-            status_tx,
-        ));
+        let task = tokio::spawn(run(database, host_id.to_owned(), options, client, stop_rx, status_tx));
         Ok(Membership { host_id: host_id.to_owned(), stop, status, task })
     }
 
@@ -182,7 +180,7 @@ impl Membership {
 }
 
 async fn run(
-    url: String,
+    database: Database,
     host_id: String,
     options: MembershipOptions,
     client: tokio_postgres::Client,
@@ -198,7 +196,7 @@ async fn run(
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        let outcome = match ensure_connected(&mut client, &url, &host_id).await {
+        let outcome = match ensure_connected(&mut client, &database, &host_id).await {
             Ok(c) => heartbeat(c, &host_id, options.weight).await,
             Err(e) => Err(e),
         };
@@ -215,19 +213,19 @@ async fn run(
             }
         });
     }
-    leave(ensure_connected(&mut client, &url, &host_id).await?, &host_id).await?;
+    leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await?;
     Ok(())
 }
 
 /// The live connection, reconnecting first if there is none or it was closed.
 async fn ensure_connected<'a>(
     client: &'a mut Option<tokio_postgres::Client>,
-    url: &str,
+    database: &Database,
     host_id: &str,
 ) -> Result<&'a tokio_postgres::Client> {
     if client.as_ref().is_none_or(|c| c.is_closed()) {
         let reconnecting = client.is_some();
-        *client = Some(connect_as(url, &session_name(host_id)).await?);
+        *client = Some(connect_as(database, &session_name(host_id)).await?);
         if reconnecting {
             metrics::counter!(signals::RECONNECTS, "component" => "membership").increment(1);
         }

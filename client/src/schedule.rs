@@ -43,7 +43,7 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 use crate::firing::{self, Clock, Firing};
 use crate::hrw::HostSet;
 use crate::membership::{self, DEFAULT_STALENESS};
-use crate::{signals, sql, Error, Result};
+use crate::{signals, sql, Database, Error, Result};
 
 /// What a task does with a firing whose previous one is still unfinished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -507,7 +507,7 @@ pub struct ShutdownReport {
 
 /// Idle connections for handlers, one per running firing at most.
 struct Pool {
-    url: String,
+    database: Database,
     application_name: String,
     idle: Mutex<Vec<Client>>,
 }
@@ -519,7 +519,7 @@ impl Pool {
             match next {
                 Some(c) if !c.is_closed() => return Ok(c),
                 Some(_) => continue,
-                None => return crate::connect_as(&self.url, &self.application_name).await,
+                None => return crate::connect_as(&self.database, &self.application_name).await,
             }
         }
     }
@@ -534,7 +534,7 @@ impl Pool {
 /// One shared connection for lease renewals, completions and failures (never the handlers'
 /// transactions), reconnected when lost.
 struct Side {
-    url: String,
+    database: Database,
     application_name: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
 }
@@ -545,7 +545,7 @@ impl Side {
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(crate::connect_as(&self.url, &self.application_name).await?);
+        let c = Arc::new(crate::connect_as(&self.database, &self.application_name).await?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -620,7 +620,7 @@ async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::Unbound
 }
 
 struct Shared {
-    url: String,
+    database: Database,
     host_id: String,
     options: SchedulerOptions,
     tasks: Vec<TaskSpec>,
@@ -762,7 +762,7 @@ impl FencedTransaction<'_> {
 /// Builds a [`Scheduler`]: its tasks (schedules registered at start, idempotently) and
 /// handlers.
 pub struct SchedulerBuilder {
-    url: String,
+    database: Database,
     host_id: String,
     options: SchedulerOptions,
     tasks: Vec<TaskSpec>,
@@ -840,7 +840,7 @@ impl SchedulerBuilder {
         }
         let application_name = format!("rendezvous scheduler {}", self.host_id);
         let side = Arc::new(Side {
-            url: self.url.clone(),
+            database: self.database.clone(),
             application_name: format!("{application_name} leases"),
             client: tokio::sync::Mutex::new(None),
         });
@@ -848,14 +848,14 @@ impl SchedulerBuilder {
         tokio::spawn(complete_in_batches(side.clone(), pending));
         let shared = Arc::new(Shared {
             pool: Pool {
-                url: self.url.clone(),
+                database: self.database.clone(),
                 application_name: format!("{application_name} job"),
                 idle: Mutex::new(Vec::new()),
             },
             side: side.clone(),
             completions,
             slots: Arc::new(Semaphore::new(self.options.max_concurrent)),
-            url: self.url,
+            database: self.database,
             host_id: self.host_id,
             options: self.options,
             tasks: self.tasks,
@@ -893,10 +893,10 @@ impl std::fmt::Debug for Scheduler {
 }
 
 impl Scheduler {
-    /// Starts building a scheduler for `host_id` on the database at `database_url`.
-    pub fn builder(database_url: impl Into<String>, host_id: impl Into<String>) -> SchedulerBuilder {
+    /// Starts building a scheduler for `host_id` on `database` (a URL, or a [`Database`]).
+    pub fn builder(database: impl Into<Database>, host_id: impl Into<String>) -> SchedulerBuilder {
         SchedulerBuilder {
-            url: database_url.into(),
+            database: database.into(),
             host_id: host_id.into(),
             options: SchedulerOptions::default(),
             tasks: Vec::new(),
@@ -976,7 +976,8 @@ impl Drop for Scheduler {
 
 /// A control connection, checked and with this host's tasks registered.
 async fn open_control(shared: &Shared) -> Result<Client> {
-    let client = crate::connect_as(&shared.url, &format!("rendezvous scheduler {}", shared.host_id)).await?;
+    let client =
+        crate::connect_as(&shared.database, &format!("rendezvous scheduler {}", shared.host_id)).await?;
     crate::check_extension(&client).await?;
     for spec in &shared.tasks {
         schedule_task(&client, spec).await?;
