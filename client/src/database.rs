@@ -37,7 +37,7 @@ use crate::{Error, Result};
 
 /// A database to connect to: its connection settings and its TLS connector. Cheap to clone.
 ///
-/// ```
+/// ```no_run
 /// use rendezvous_client::Database;
 ///
 /// // A URL, with libpq's TLS settings:
