@@ -143,6 +143,8 @@ DECLARE
     -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
     fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
     now_ timestamptz;
+    -- Tokens stay above any a timeline before this one handed out (fencing.rs).
+    floor_ bigint;
 BEGIN
     PERFORM rendezvous._check_host_id(claim_firing.host_id);
     IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
@@ -154,15 +156,16 @@ BEGIN
         RETURN QUERY SELECT false, NULL::text, NULL::bigint, false, claim_firing.fire_at;
         RETURN;
     END IF;
+    floor_ := rendezvous._fence_floor();
     FOR attempt IN 1..5 LOOP
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
             INSERT INTO rendezvous.firings AS f
                 (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, 1, now_,
+            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, greatest(1, floor_), now_,
                     now_ + claim_firing.lease)
             ON CONFLICT (firing_key) DO UPDATE
-               SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+               SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
                    lease_until = excluded.lease_until, attempts = f.attempts + 1
              WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
             RETURNING true, f.holder, f.token, false, f.lease_until;
@@ -181,6 +184,8 @@ BEGIN
     RAISE EXCEPTION 'could not claim %: it is being purged concurrently', fk USING ERRCODE = '40001';
 END
 $$;
+COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
+    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
 
 COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
     'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
@@ -198,6 +203,8 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     won text[];
+    -- Tokens stay above any a timeline before this one handed out (fencing.rs).
+    floor_ bigint := rendezvous._fence_floor();
 BEGIN
     IF claim_firings.task_ids IS NULL OR claim_firings.fire_ats IS NULL THEN
         RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
@@ -214,10 +221,11 @@ BEGIN
          WHERE u.fire_at <= now_
     ), claimed_now AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
+        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_,
+               now_ + claim_firings.lease
           FROM input i ORDER BY i.fk
         ON CONFLICT (firing_key) DO UPDATE
-           SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+           SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
                lease_until = excluded.lease_until, attempts = f.attempts + 1
          WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
         RETURNING f.firing_key
@@ -238,6 +246,8 @@ BEGIN
          ORDER BY u.ord;
 END
 $$;
+COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
+    'claim_firing for many firings in one call; results in input order (ord). A firing not yet due by the database clock is not claimed (holder and token NULL, lease_until = fire_at).';
 
 COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
     'claim_firing for many firings in one call; results in input order (ord). A firing not yet due by the database clock is not claimed (holder and token NULL, lease_until = fire_at).';
@@ -821,6 +831,13 @@ CREATE  FUNCTION rendezvous."every"(
 IMMUTABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'every_wrapper';
+
+-- Epochs and tokens stay above any a timeline before the current one handed out.
+
+CREATE  FUNCTION rendezvous."_fence_floor"() RETURNS bigint /* i64 */
+STRICT VOLATILE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'fence_floor_wrapper';
 
 CREATE TABLE rendezvous.tasks (
     task_id          text PRIMARY KEY,

@@ -238,6 +238,50 @@ impl Cluster {
         Ok(())
     }
 
+    /// A streaming standby of this cluster (`pg_basebackup -R`), in a directory and on a port
+    /// of its own, started and replaying. Dropping it stops and removes it.
+    pub fn standby(&self) -> Result<Cluster, String> {
+        let standby = Cluster { dir: make_temp_dir()?, bin: self.bin.clone(), port: free_port() };
+        if is_root() {
+            let _ = Command::new("chown").arg("postgres:").arg(&standby.dir).status();
+        }
+        let ok = standby
+            .pg_command("pg_basebackup")
+            .arg("-D")
+            .arg(standby.data())
+            .args(["-R", "-X", "stream", "-c", "fast", "-h", "127.0.0.1", "-U", "postgres", "-p"])
+            .arg(self.port.to_string())
+            .status()
+            .map_err(|e| format!("pg_basebackup: {e}"))?;
+        if !ok.success() {
+            return Err("pg_basebackup failed".into());
+        }
+        // The copy has the primary's port and socket directory: later lines win.
+        let conf = format!(
+            "\n# rendezvous cluster: standby\nport = {}\nunix_socket_directories = {}\n",
+            standby.port,
+            conf_quote(&standby.dir.to_string_lossy()),
+        );
+        let conf_file = standby.data().join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf_file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
+            .map_err(|e| format!("{}: {e}", conf_file.display()))?;
+        standby.pg_ctl("start")?;
+        Ok(standby)
+    }
+
+    /// Promotes a standby to a primary (a new WAL timeline), waiting until it accepts writes.
+    pub fn promote(&self) -> Result<(), String> {
+        self.pg_ctl("promote")
+    }
+
+    /// Stops the server as a crash would, and leaves it stopped.
+    pub fn kill(&self) -> Result<(), String> {
+        self.pg_ctl_mode("stop", "immediate")
+    }
+
     /// Restarts the server (every session ends, session locks with them).
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl("restart")

@@ -10,7 +10,11 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-extension_sql_file!("firing.sql", name = "firing", requires = ["checks", durable_commit]);
+extension_sql_file!(
+    "firing.sql",
+    name = "firing",
+    requires = ["checks", durable_commit, fencing::fence_floor]
+);
 
 /// Makes the current transaction's commit durable before it is acknowledged, whatever the
 /// session's `synchronous_commit`: a token bump or a completion a host was told about must

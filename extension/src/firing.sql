@@ -63,6 +63,8 @@ DECLARE
     -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
     fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
     now_ timestamptz;
+    -- Tokens stay above any a timeline before this one handed out (fencing.rs).
+    floor_ bigint;
 BEGIN
     PERFORM rendezvous._check_host_id(claim_firing.host_id);
     IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
@@ -74,15 +76,16 @@ BEGIN
         RETURN QUERY SELECT false, NULL::text, NULL::bigint, false, claim_firing.fire_at;
         RETURN;
     END IF;
+    floor_ := rendezvous._fence_floor();
     FOR attempt IN 1..5 LOOP
         now_ := pg_catalog.clock_timestamp();
         RETURN QUERY
             INSERT INTO rendezvous.firings AS f
                 (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, 1, now_,
+            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, greatest(1, floor_), now_,
                     now_ + claim_firing.lease)
             ON CONFLICT (firing_key) DO UPDATE
-               SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+               SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
                    lease_until = excluded.lease_until, attempts = f.attempts + 1
              WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
             RETURNING true, f.holder, f.token, false, f.lease_until;
@@ -121,6 +124,8 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     won text[];
+    -- Tokens stay above any a timeline before this one handed out (fencing.rs).
+    floor_ bigint := rendezvous._fence_floor();
 BEGIN
     IF claim_firings.task_ids IS NULL OR claim_firings.fire_ats IS NULL THEN
         RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
@@ -137,10 +142,11 @@ BEGIN
          WHERE u.fire_at <= now_
     ), claimed_now AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, 1, now_, now_ + claim_firings.lease
+        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_,
+               now_ + claim_firings.lease
           FROM input i ORDER BY i.fk
         ON CONFLICT (firing_key) DO UPDATE
-           SET holder = excluded.holder, token = f.token + 1, claimed_at = excluded.claimed_at,
+           SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
                lease_until = excluded.lease_until, attempts = f.attempts + 1
          WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
         RETURNING f.firing_key

@@ -208,15 +208,17 @@ fn group_lock_id(group: &str) -> i32 {
 /// Records this session as the holder with a new epoch; returns the epoch, or `None` when the
 /// group's row is gone (deleted while this session waited for its lock).
 fn record_new_term(group: &str, candidate: &str) -> Option<i64> {
+    // Above anything a timeline before this one handed out (fencing.rs).
+    let floor = crate::fencing::floor();
     Spi::connect_mut(|client| {
         let updated = client.update(
             "UPDATE rendezvous.leaders
-                SET epoch = epoch + 1, leader = $2, since = pg_catalog.clock_timestamp(),
+                SET epoch = greatest(epoch + 1, $3), leader = $2, since = pg_catalog.clock_timestamp(),
                     pid = pg_catalog.pg_backend_pid()
               WHERE group_name = $1
              RETURNING epoch",
             None,
-            &[group.into(), candidate.into()],
+            &[group.into(), candidate.into(), floor.into()],
         )?;
         if updated.is_empty() {
             Ok(None)
@@ -292,6 +294,7 @@ fn try_lead(
 ) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
     let group = check_name("group_name", group_name);
     let candidate = check_name("candidate", candidate);
+    crate::fencing::refuse_on_standby();
     let lock_id = group_lock_id(&group);
     let tag = lock_tag(lock_id);
     // SAFETY: MyProcPid is set for the life of the backend.

@@ -11,6 +11,7 @@ mod admission;
 mod call_cache;
 mod checks;
 mod errors;
+mod fencing;
 mod firing;
 mod hrw;
 mod leader;

@@ -36,13 +36,25 @@ async fn acknowledged_epochs_tokens_and_completions_survive_a_crash_under_synchr
     let complete = "SELECT rendezvous.complete_firing('done', $1, 1)";
     assert!(client.query_one(complete, &[&fire_at]).await.unwrap().get::<_, bool>(0));
     // Last, an ordinary asynchronous commit: the crash should take it, showing the setup loses
-    // what is not forced to disk.
-    client.batch_execute("UPDATE canary SET x = 2").await.unwrap();
-
-    cluster.crash_restart().unwrap();
-    let client = rendezvous_tests::connect(&cluster.url()).await;
-    let canary: i32 = client.query_one("SELECT x FROM canary", &[]).await.unwrap().get(0);
-    assert_eq!(canary, 1, "the crash did not lose an asynchronous commit: this test proves nothing");
+    // what is not forced to disk. The WAL writer may still flush it (when the commit ends a WAL
+    // page, say): then crash again after another one, a few times.
+    let mut client = client;
+    let mut lost = false;
+    for round in 1..=5 {
+        client
+            .batch_execute(&format!("SET synchronous_commit = off; UPDATE canary SET x = {}", round + 1))
+            .await
+            .unwrap();
+        cluster.crash_restart().unwrap();
+        client = rendezvous_tests::connect(&cluster.url()).await;
+        let canary: i32 = client.query_one("SELECT x FROM canary", &[]).await.unwrap().get(0);
+        if canary == round {
+            lost = true;
+            break;
+        }
+        assert_eq!(canary, round + 1);
+    }
+    assert!(lost, "five crashes lost no asynchronous commit: this test proves nothing");
     let epoch: i64 = client.query_one("SELECT epoch FROM rendezvous.leader('g')", &[]).await.unwrap().get(0);
     assert_eq!(epoch, 2, "an acknowledged epoch bump was lost");
     let rows = client
@@ -60,4 +72,83 @@ async fn acknowledged_epochs_tokens_and_completions_survive_a_crash_under_synchr
     );
     // The next leader's epoch is above every epoch handed out before the crash.
     assert_eq!(client.query_one(lead, &[]).await.unwrap().get::<_, i64>(0), 3);
+}
+
+/// A standby promoted after losing the primary's last commits (replication cut, then the
+/// primary dies) must not hand out an epoch or a token the old primary acknowledged: every new
+/// one is above `(timeline - 1) << 32`. A standby refuses to hand any out before it is promoted.
+#[tokio::test(flavor = "multi_thread")]
+async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commits() {
+    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
+    let primary = Cluster::start_with(&options).await.unwrap();
+    let standby = primary.standby().unwrap();
+    let p = rendezvous_tests::connect(&primary.url()).await;
+    let s = rendezvous_tests::connect(&standby.url()).await;
+    let fire_at = SystemTime::now() - Duration::from_secs(60);
+    let lead = |who: &'static str| format!("SELECT epoch FROM rendezvous.try_lead('g', '{who}')");
+    let claim = "SELECT token FROM rendezvous.claim_firing($1, $2, $3, '1 s')";
+    // Replicated: epoch 1, token 1 of firing a.
+    assert_eq!(p.query_one(&lead("a"), &[]).await.unwrap().get::<_, i64>(0), 1);
+    assert_eq!(p.query_one(claim, &[&"a", &fire_at, &"h1"]).await.unwrap().get::<_, i64>(0), 1);
+    let lsn: String = p.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
+    wait_until(&s, &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn")).await;
+    // A standby hands out nothing, whatever it is asked.
+    let refused = s.query_one(&lead("s"), &[]).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION),
+        "{refused:?}"
+    );
+
+    // An elector pointed at the standby never leads (fail closed).
+    let elector = rendezvous_client::LeaderElector::start(
+        standby.url().as_str(),
+        "g2",
+        "on-standby",
+        rendezvous_client::LeaderOptions::default().with_refresh(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!elector.is_leader(), "an elector leads on a standby: {:?}", elector.leadership());
+    elector.shutdown().await.ok();
+
+    // Replication cut; the primary acknowledges more, then dies.
+    s.batch_execute("ALTER SYSTEM SET primary_conninfo = ''").await.unwrap();
+    s.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    wait_until(&s, "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_wal_receiver)").await;
+    p.execute("SELECT rendezvous.resign('g')", &[]).await.unwrap();
+    assert_eq!(p.query_one(&lead("b"), &[]).await.unwrap().get::<_, i64>(0), 2);
+    tokio::time::sleep(Duration::from_millis(1100)).await; // a's first lease ends
+    assert_eq!(p.query_one(claim, &[&"a", &fire_at, &"h2"]).await.unwrap().get::<_, i64>(0), 2);
+    assert_eq!(p.query_one(claim, &[&"b", &fire_at, &"h2"]).await.unwrap().get::<_, i64>(0), 1);
+    primary.kill().unwrap();
+
+    standby.promote().unwrap();
+    let s = rendezvous_tests::connect(&standby.url()).await;
+    // It lost them: epoch 1 and a's token 1 are all it knows, and b was never claimed here.
+    let epoch: i64 =
+        s.query_one("SELECT epoch FROM rendezvous.leaders WHERE group_name = 'g'", &[]).await.unwrap().get(0);
+    assert_eq!(epoch, 1, "the cut did not lose the primary's last commits: this test proves nothing");
+    // Every new number is above every acknowledged one.
+    let floor = 1i64 << 32;
+    let epoch: i64 = s.query_one(&lead("c"), &[]).await.unwrap().get(0);
+    assert!(epoch > 2 && epoch >= floor, "epoch {epoch} after promotion");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for (firing, acknowledged) in [("a", 2), ("b", 1)] {
+        let token: i64 = s.query_one(claim, &[&firing, &fire_at, &"h3"]).await.unwrap().get(0);
+        assert!(token > acknowledged && token >= floor, "token {token} of {firing} after promotion");
+    }
+    // And they count on from there.
+    s.execute("SELECT rendezvous.resign('g')", &[]).await.unwrap();
+    assert_eq!(s.query_one(&lead("d"), &[]).await.unwrap().get::<_, i64>(0), epoch + 1);
+}
+
+/// Polls `query` (a boolean) on `client` until it is true, for up to 10 s.
+async fn wait_until(client: &tokio_postgres::Client, query: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !client.query_one(query, &[]).await.unwrap().get::<_, bool>(0) {
+        assert!(std::time::Instant::now() < deadline, "{query}: still false after 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
