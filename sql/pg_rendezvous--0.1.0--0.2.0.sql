@@ -1231,6 +1231,32 @@ CREATE VIEW rendezvous.status_tasks AS
 COMMENT ON VIEW rendezvous.status_tasks IS
     'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, and fire times skipped by policy.';
 
+-- Whether failover can lose what was acknowledged: standbys streaming from this server, how
+-- many of them are synchronous, and a warning when some are but none is (docs/guarantees.md).
+CREATE FUNCTION rendezvous.replication_status()
+RETURNS TABLE (in_recovery boolean, standbys integer, synchronous integer, synchronous_standby_names text,
+               synchronous_commit text, warning text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.in_recovery, r.standbys, r.synchronous, r.names, r.commit_mode,
+           CASE WHEN r.in_recovery THEN
+                    'this server is a standby: leadership and firing claims need the primary'
+                WHEN r.standbys > 0 AND r.synchronous = 0 THEN
+                    'standbys exist but none is synchronous: after a failover to one, acknowledged runs and completions can be lost'
+                WHEN r.synchronous > 0 AND r.commit_mode IN ('off', 'local') THEN
+                    'synchronous_commit is ' || r.commit_mode || ': commits do not wait for the synchronous standby'
+           END
+      FROM (SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
+                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication) AS standbys,
+                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication
+                     WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
+                   pg_catalog.current_setting('synchronous_standby_names') AS names,
+                   pg_catalog.current_setting('synchronous_commit') AS commit_mode) r
+$$;
+COMMENT ON FUNCTION rendezvous.replication_status() IS
+    'Standbys streaming from this server, how many are synchronous, the synchronous settings, and a warning when a failover could lose acknowledged runs and completions (standbys, none synchronous) or this server is a standby.';
+
 -- The scheduler (0.2.0). Hosts register their tasks' schedules at startup and run them;
 -- pausing, resuming and removing a task is an admin's; observers read status_tasks.
 ALTER FUNCTION rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval) SECURITY DEFINER;
@@ -1253,3 +1279,9 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text)
     TO rendezvous_admin;
 GRANT SELECT ON rendezvous.status_tasks TO rendezvous_observer;
+
+-- Replication status (0.2.0): pg_stat_replication shows its standbys' states only to
+-- privileged roles, so it runs as the owner; observers and hosts may read it.
+ALTER FUNCTION rendezvous.replication_status() SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.replication_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.replication_status() TO rendezvous_observer, rendezvous_host;

@@ -65,6 +65,16 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .iter()
     .map(|r| json!({"task_id": r.get::<_, String>(0), "schedule": r.get::<_, String>(1), "time_zone": r.get::<_, String>(2), "paused": r.get::<_, bool>(3), "next_fire_in_seconds": r.get::<_, Option<f64>>(4), "running": r.get::<_, i64>(5), "waiting": r.get::<_, i64>(6), "failed": r.get::<_, i64>(7), "last_error": r.get::<_, Option<String>>(8), "skipped": r.get::<_, i64>(9)}))
     .collect();
+    let replication = rows(
+        client,
+        "SELECT in_recovery, standbys, synchronous, synchronous_standby_names, synchronous_commit, warning
+           FROM rendezvous.replication_status()",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"in_recovery": r.get::<_, bool>(0), "standbys": r.get::<_, i32>(1), "synchronous": r.get::<_, i32>(2), "synchronous_standby_names": r.get::<_, String>(3), "synchronous_commit": r.get::<_, String>(4), "warning": r.get::<_, Option<String>>(5)}))
+    .next()
+    .unwrap_or(Value::Null);
     let runs: Vec<Value> = rows(
         client,
         "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10",
@@ -76,6 +86,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     Ok(json!({
         "hosts": hosts,
         "leaders": leaders,
+        "replication": replication,
         "tasks": tasks,
         "firings": {"in_flight": counts[0].get::<_, i64>(0), "completed": counts[0].get::<_, i64>(1),
                     "failed": counts[0].get::<_, i64>(2),
@@ -144,6 +155,17 @@ pub fn prometheus(v: &Value) -> String {
         "Firings failed for good, kept (purge_firings lowers it).",
         vec![(String::new(), f["failed"].as_f64().unwrap_or(0.0))],
     );
+    let r = &v["replication"];
+    family(
+        "rendezvous_replication_standbys",
+        "Standbys streaming from this server.",
+        vec![(String::new(), r["standbys"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_replication_synchronous_standbys",
+        "Of them, synchronous ones (a failover to any other can lose acknowledged runs and completions).",
+        vec![(String::new(), r["synchronous"].as_f64().unwrap_or(0.0))],
+    );
     let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
     let task = |t: &Value| format!("{{task_id=\"{}\"}}", label(t["task_id"].as_str().unwrap_or("")));
     family(
@@ -184,6 +206,16 @@ pub fn print(v: &Value) {
             l["leader"].as_str().map(|s| format!("led by {s}")).unwrap_or_else(|| "no leader".into()),
             l["epoch"]
         );
+    }
+    let r = &v["replication"];
+    println!(
+        "replication: {} standbys, {} synchronous{}",
+        r["standbys"],
+        r["synchronous"],
+        if r["in_recovery"].as_bool() == Some(true) { " (this server is a standby)" } else { "" }
+    );
+    if let Some(w) = r["warning"].as_str() {
+        println!("  WARNING: {w}");
     }
     println!("tasks");
     for t in v["tasks"].as_array().into_iter().flatten() {

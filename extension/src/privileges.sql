@@ -111,3 +111,9 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text)
     TO rendezvous_admin;
 GRANT SELECT ON rendezvous.status_tasks TO rendezvous_observer;
+
+-- Replication status (0.2.0): pg_stat_replication shows its standbys' states only to
+-- privileged roles, so it runs as the owner; observers and hosts may read it.
+ALTER FUNCTION rendezvous.replication_status() SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.replication_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.replication_status() TO rendezvous_observer, rendezvous_host;

@@ -63,3 +63,29 @@ CREATE VIEW rendezvous.status_runs AS
     SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at
       FROM rendezvous.runs r;
 COMMENT ON VIEW rendezvous.status_runs IS 'Admitted runs, without their input.';
+
+-- Whether failover can lose what was acknowledged: standbys streaming from this server, how
+-- many of them are synchronous, and a warning when some are but none is (docs/guarantees.md).
+CREATE FUNCTION rendezvous.replication_status()
+RETURNS TABLE (in_recovery boolean, standbys integer, synchronous integer, synchronous_standby_names text,
+               synchronous_commit text, warning text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.in_recovery, r.standbys, r.synchronous, r.names, r.commit_mode,
+           CASE WHEN r.in_recovery THEN
+                    'this server is a standby: leadership and firing claims need the primary'
+                WHEN r.standbys > 0 AND r.synchronous = 0 THEN
+                    'standbys exist but none is synchronous: after a failover to one, acknowledged runs and completions can be lost'
+                WHEN r.synchronous > 0 AND r.commit_mode IN ('off', 'local') THEN
+                    'synchronous_commit is ' || r.commit_mode || ': commits do not wait for the synchronous standby'
+           END
+      FROM (SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
+                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication) AS standbys,
+                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication
+                     WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
+                   pg_catalog.current_setting('synchronous_standby_names') AS names,
+                   pg_catalog.current_setting('synchronous_commit') AS commit_mode) r
+$$;
+COMMENT ON FUNCTION rendezvous.replication_status() IS
+    'Standbys streaming from this server, how many are synchronous, the synchronous settings, and a warning when a failover could lose acknowledged runs and completions (standbys, none synchronous) or this server is a standby.';

@@ -92,6 +92,16 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
     assert_eq!(p.query_one(claim, &[&"a", &fire_at, &"h1"]).await.unwrap().get::<_, i64>(0), 1);
     let lsn: String = p.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
     wait_until(&s, &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn")).await;
+    // The primary warns that a failover to its only standby could lose acknowledged work.
+    let row = p
+        .query_one("SELECT standbys, synchronous, warning FROM rendezvous.replication_status()", &[])
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 0));
+    assert!(row.get::<_, String>(2).contains("none is synchronous"));
+    let warning: String =
+        s.query_one("SELECT warning FROM rendezvous.replication_status()", &[]).await.unwrap().get(0);
+    assert!(warning.contains("standby"), "{warning}");
     // A standby hands out nothing, whatever it is asked.
     let refused = s.query_one(&lead("s"), &[]).await.unwrap_err();
     assert_eq!(
