@@ -349,3 +349,39 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
     'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease, or, never claimed, until fire_at (database clock). Claims nothing.';
+
+-- An operator's way out of a stuck claim (a holder hung past reason with a long lease): ends
+-- the live lease now, so the next host takes the firing over with a new token, and the stuck
+-- holder's token completes, renews and fences nothing from then on. No token needed: for
+-- rendezvous_admin only.
+CREATE FUNCTION rendezvous.release_firing_claim(task_id text, fire_at timestamptz)
+RETURNS TABLE (released boolean, holder text, token bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    fk text := rendezvous.firing_key(release_firing_claim.task_id, release_firing_claim.fire_at);
+    f rendezvous.firings%ROWTYPE;
+BEGIN
+    SELECT * INTO f FROM rendezvous.firings fr WHERE fr.firing_key = fk FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'there is no firing %', fk USING ERRCODE = 'P0002';
+    END IF;
+    IF f.holder IS NULL OR f.completed_at IS NOT NULL OR f.failed_at IS NOT NULL
+       OR f.lease_until <= pg_catalog.clock_timestamp() THEN
+        RETURN QUERY SELECT false, f.holder, f.token;
+        RETURN;
+    END IF;
+    -- A new token for whoever claims next makes the stuck holder's stale: bump it here, as a
+    -- takeover would, and leave the firing claimable at once.
+    UPDATE rendezvous.firings fr
+       SET holder = NULL, token = greatest(fr.token + 1, rendezvous._fence_floor()),
+           lease_until = pg_catalog.clock_timestamp()
+     WHERE fr.firing_key = fk;
+    PERFORM rendezvous._durable_commit();
+    RETURN QUERY SELECT true, f.holder, f.token;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) IS
+    'Admin: ends a firing''s live claim now (its holder''s token goes stale at once) so another host takes it over; released is false when nobody held it live. P0002 when there is no such firing.';

@@ -117,3 +117,8 @@ GRANT SELECT ON rendezvous.status_tasks TO rendezvous_observer;
 ALTER FUNCTION rendezvous.replication_status() SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.replication_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.replication_status() TO rendezvous_observer, rendezvous_host;
+
+-- Admin actions (0.2.0): release a stuck firing claim.
+ALTER FUNCTION rendezvous.release_firing_claim(text, timestamptz) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO rendezvous_admin;

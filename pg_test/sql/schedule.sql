@@ -185,3 +185,21 @@ RESET ROLE;
 
 DELETE FROM rendezvous.firings;
 DELETE FROM rendezvous.tasks;
+
+-- An operator releases a stuck claim: the holder's token goes stale at once, the next host
+-- takes the firing over without waiting out the lease. Admins only.
+SELECT claimed, token FROM rendezvous.claim_firing('stuck', '2026-01-01', 'hung-host', '1 day');
+SET ROLE rendezvous_observer;
+SELECT regress.err($$SELECT rendezvous.release_firing_claim('stuck', '2026-01-01')$$);
+RESET ROLE;
+SET ROLE rendezvous_host;
+SELECT regress.err($$SELECT rendezvous.release_firing_claim('stuck', '2026-01-01')$$);
+RESET ROLE;
+SET ROLE rendezvous_admin;
+SELECT * FROM rendezvous.release_firing_claim('stuck', '2026-01-01');
+SELECT * FROM rendezvous.release_firing_claim('stuck', '2026-01-01');
+SELECT regress.err($$SELECT rendezvous.release_firing_claim('nope', '2026-01-01')$$);
+RESET ROLE;
+SELECT rendezvous.complete_firing('stuck', '2026-01-01', 1) AS stale_holder_completes;
+SELECT claimed, holder, token FROM rendezvous.claim_firing('stuck', '2026-01-01', 'next-host');
+DELETE FROM rendezvous.firings;
