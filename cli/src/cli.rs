@@ -41,6 +41,9 @@ pub enum Command {
     /// Show who is live, who leads each group at which epoch, in-flight and recent firings,
     /// and recent runs
     Status(StatusArgs),
+    /// An operator's actions: pause, resume or remove a task, release a stuck firing claim,
+    /// purge finished runs and firings, remove a host (as a member of rendezvous_admin)
+    Admin(AdminArgs),
     /// Throwaway PostgreSQL clusters (for scripts and tests)
     #[command(subcommand_required = true, arg_required_else_help = true)]
     Cluster {
@@ -59,6 +62,7 @@ impl Command {
         match self {
             Command::Fleet(_) => "fleet",
             Command::Status(_) => "status",
+            Command::Admin(_) => "admin",
             Command::Cluster { command: ClusterCommand::Run(_) } => "cluster run",
             Command::Host(_) => "host",
         }
@@ -90,6 +94,17 @@ fn parse_watch(s: &str) -> Result<std::time::Duration, String> {
         Ok(secs) if secs.is_finite() && secs >= 0.1 => Ok(std::time::Duration::from_secs_f64(secs)),
         _ => Err(format!("give the refresh interval in seconds, 0.1 or more (got {s:?})")),
     }
+}
+
+/// The flags of `rendezvous admin`.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The database (connect as a member of rendezvous_admin)
+    #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: Option<String>,
+    /// What to do
+    #[command(subcommand)]
+    pub action: crate::admin::AdminAction,
 }
 
 /// The subcommands of `rendezvous cluster`.
@@ -231,7 +246,14 @@ mod tests {
 
     #[test]
     fn every_subcommand_answers_help() {
-        for args in [&["--help"][..], &["fleet", "--help"], &["status", "--help"], &["cluster", "--help"]] {
+        for args in [
+            &["--help"][..],
+            &["fleet", "--help"],
+            &["status", "--help"],
+            &["cluster", "--help"],
+            &["admin", "--help"],
+            &["admin", "release", "--help"],
+        ] {
             let e = parse(args).unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{args:?}");
         }

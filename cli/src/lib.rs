@@ -1,5 +1,6 @@
 //! The `rendezvous` command's pieces: its command line, a throwaway cluster, the fleet
-//! (controller and host processes), and the status report.
+//! (controller and host processes), the status report, and the operator's actions.
+pub mod admin;
 pub mod cli;
 pub mod cluster;
 pub mod fleet;

@@ -3,7 +3,7 @@
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rendezvous_cli::cli::{Cli, ClusterCommand, Command};
-use rendezvous_cli::{cluster, fleet, host, status};
+use rendezvous_cli::{admin, cluster, fleet, host, status};
 
 #[tokio::main]
 async fn main() {
@@ -55,6 +55,28 @@ async fn run(command: Command) -> Result<i32, String> {
                 status::print(&v);
             }
             Ok(0)
+        }
+        Command::Admin(args) => {
+            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
+                let mut cli = Cli::command();
+                cli.build();
+                let admin = cli.find_subcommand_mut("admin").expect("admin is a subcommand");
+                admin
+                    .error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
+                    .exit()
+            };
+            let client = rendezvous_client::connect(url.as_str()).await.map_err(|e| e.to_string())?;
+            rendezvous_client::check_extension(&client).await.map_err(|e| e.to_string())?;
+            match admin::run(&client, &args.action).await? {
+                Ok(done) => {
+                    println!("{done}");
+                    Ok(0)
+                }
+                Err(admin::Refused(why)) => {
+                    eprintln!("rendezvous admin: {why}");
+                    Ok(1)
+                }
+            }
         }
         Command::Cluster { command: ClusterCommand::Run(r) } => cluster::run(&r.options(), &r.command).await,
         Command::Host(plan) => {

@@ -200,3 +200,66 @@ fn over_tls_only_sslmodes_mean_what_libpq_says_and_the_fleet_passes() {
     assert!(report.contains("verdict                  PASS"), "{report}");
     drop(cluster);
 }
+
+/// `rendezvous admin`: each action as a member of rendezvous_admin prints what it did and is
+/// idempotent; a missing target is refused with exit status 1; an observer is refused by the
+/// database.
+#[test]
+fn admin_actions_work_for_admins_refuse_missing_targets_and_observers() {
+    let psql = rendezvous_cli::cluster::bindir().unwrap().join("psql");
+    let psql = psql.display();
+    let id = std::process::id();
+    let script = format!(
+        r#"set -e
+{psql} -X -q -v ON_ERROR_STOP=1 \
+  -c "CREATE ROLE rz_ops_{id} LOGIN; GRANT rendezvous_admin TO rz_ops_{id};" \
+  -c "CREATE ROLE rz_look_{id} LOGIN; GRANT rendezvous_observer TO rz_look_{id};" \
+  -c "SELECT rendezvous.schedule_task('nightly', '@daily')" \
+  -c "SELECT rendezvous.heartbeat('h1')" \
+  -c "SELECT * FROM rendezvous.claim_firing('stuck', '2026-01-01 00:00+00', 'hung', '1 day')" >/dev/null
+ops="postgresql://rz_ops_{id}@127.0.0.1:$PGPORT/postgres"
+look="postgresql://rz_look_{id}@127.0.0.1:$PGPORT/postgres"
+run() {{ echo "\$ $*"; "{rendezvous}" admin "$@" 2>&1 && code=0 || code=$?; echo "exit $code"; }}
+run --database-url "$look" pause nightly
+run --database-url "$ops" pause nightly
+run --database-url "$ops" pause nightly
+run --database-url "$ops" pause nope
+run --database-url "$ops" resume nightly
+run --database-url "$ops" release stuck '2026-01-01 00:00+00'
+run --database-url "$ops" release stuck '2026-01-01 00:00+00'
+run --database-url "$ops" purge --older-than '7 days'
+run --database-url "$ops" remove-host h1
+run --database-url "$ops" remove-host h1
+run --database-url "$ops" unschedule nightly
+run --database-url "$ops" unschedule nightly
+{psql} -X -q -c "DROP ROLE rz_ops_{id}" -c "DROP ROLE rz_look_{id}" >/dev/null"#,
+        rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["cluster", "run", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // Each command's output and exit status, in order.
+    let runs: Vec<&str> = stdout.split("$ ").skip(1).collect();
+    let expect = [
+        ("permission denied for function pause_task", 2),
+        ("task nightly paused", 0),
+        ("task nightly paused", 0),
+        ("there is no task nope", 1),
+        ("task nightly runs again; next fire time in", 0),
+        ("no longer holds it", 0),
+        ("has no live claim to release", 1),
+        ("purged 0 finished runs and 0 finished firings", 0),
+        ("host h1 removed from the live set", 0),
+        ("there is no host h1", 1),
+        ("task nightly removed", 0),
+        ("there is no task nightly", 1),
+    ];
+    assert_eq!(runs.len(), expect.len(), "{stdout}");
+    for (run, (text, code)) in runs.iter().zip(expect) {
+        assert!(run.contains(text), "expected {text:?} in:\n{run}");
+        assert!(run.trim_end().ends_with(&format!("exit {code}")), "expected exit {code}:\n{run}");
+    }
+}

@@ -1,0 +1,147 @@
+//! `rendezvous admin …`: an operator's actions, each one documented SQL function that
+//! `rendezvous_admin` may call and `rendezvous_observer` may not. Each prints what it did, is
+//! idempotent, and refuses clearly (exit status 1) when its target does not exist.
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Client;
+
+/// The actions.
+#[derive(Debug, clap::Subcommand)]
+pub enum AdminAction {
+    /// Stop new firings of a task (rendezvous.pause_task); firings already claimed finish
+    Pause {
+        /// The task's id
+        task_id: String,
+    },
+    /// Resume a paused task from its next fire time after now (rendezvous.resume_task)
+    Resume {
+        /// The task's id
+        task_id: String,
+    },
+    /// Remove a task and its pending firings (rendezvous.unschedule_task)
+    Unschedule {
+        /// The task's id
+        task_id: String,
+    },
+    /// End a firing's stuck claim now, so another host takes it over
+    /// (rendezvous.release_firing_claim)
+    Release {
+        /// The task's id
+        task_id: String,
+        /// The firing's fire time, as PostgreSQL reads a timestamptz ('2026-11-29 00:00+00')
+        fire_at: String,
+    },
+    /// Delete finished runs and firings older than an age (rendezvous.purge_runs and
+    /// rendezvous.purge_firings)
+    Purge {
+        /// The age, as PostgreSQL reads an interval ('7 days', '12 hours')
+        #[arg(long = "older-than", value_name = "INTERVAL")]
+        older_than: String,
+    },
+    /// Remove a host from the live set now (rendezvous.leave): its keys move to other hosts
+    RemoveHost {
+        /// The host's id
+        host_id: String,
+    },
+}
+
+/// A refusal the operator should read (exit status 1), not a failure of the command.
+pub struct Refused(pub String);
+
+/// Runs one action; `Ok(Err(Refused))` when the target does not exist or nothing applies.
+pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String, Refused>, String> {
+    let e = |e: tokio_postgres::Error| rendezvous_client::Error::from(e).to_string();
+    let missing =
+        |e: &tokio_postgres::Error| e.code() == Some(&tokio_postgres::error::SqlState::NO_DATA_FOUND);
+    Ok(match action {
+        AdminAction::Pause { task_id } => {
+            match client.execute("SELECT rendezvous.pause_task($1)", &[task_id]).await {
+                Ok(_) => Ok(format!("task {task_id} paused: no new firings until it is resumed")),
+                Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
+                Err(err) => return Err(e(err)),
+            }
+        }
+        AdminAction::Resume { task_id } => {
+            match client.query_one("SELECT rendezvous.resume_task($1)", &[task_id]).await {
+                Ok(row) => {
+                    let next: Option<SystemTime> = row.get(0);
+                    Ok(match next {
+                        Some(t) => format!("task {task_id} runs again; next fire time in {}", until(t)),
+                        None => format!("task {task_id} runs again, but its schedule never fires again"),
+                    })
+                }
+                Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
+                Err(err) => return Err(e(err)),
+            }
+        }
+        AdminAction::Unschedule { task_id } => {
+            let removed: bool = client
+                .query_one("SELECT rendezvous.unschedule_task($1)", &[task_id])
+                .await
+                .map_err(e)?
+                .get(0);
+            if removed {
+                Ok(format!("task {task_id} removed, with its pending firings (the history stays)"))
+            } else {
+                Err(Refused(format!("there is no task {task_id}")))
+            }
+        }
+        AdminAction::Release { task_id, fire_at } => {
+            let row = client
+                .query_one(
+                    "SELECT released, holder, token FROM rendezvous.release_firing_claim($1, $2::text::timestamptz)",
+                    &[task_id, fire_at],
+                )
+                .await;
+            match row {
+                Ok(row) => {
+                    let (released, holder, token): (bool, Option<String>, i64) =
+                        (row.get(0), row.get(1), row.get(2));
+                    if released {
+                        Ok(format!(
+                            "firing {task_id} at {fire_at} released: {} (token {token}) no longer holds it; the next host takes it over",
+                            holder.unwrap_or_default()
+                        ))
+                    } else {
+                        Err(Refused(format!(
+                            "firing {task_id} at {fire_at} has no live claim to release (done, failed, pending or expired)"
+                        )))
+                    }
+                }
+                Err(err) if missing(&err) => {
+                    Err(Refused(format!("there is no firing {task_id} at {fire_at}")))
+                }
+                Err(err) => return Err(e(err)),
+            }
+        }
+        AdminAction::Purge { older_than } => {
+            let runs: i64 = client
+                .query_one("SELECT rendezvous.purge_runs($1::text::interval)", &[older_than])
+                .await
+                .map_err(e)?
+                .get(0);
+            let firings: i64 = client
+                .query_one("SELECT rendezvous.purge_firings($1::text::interval)", &[older_than])
+                .await
+                .map_err(e)?
+                .get(0);
+            Ok(format!("purged {runs} finished runs and {firings} finished firings older than {older_than}"))
+        }
+        AdminAction::RemoveHost { host_id } => {
+            let removed: bool =
+                client.query_one("SELECT rendezvous.leave($1)", &[host_id]).await.map_err(e)?.get(0);
+            if removed {
+                Ok(format!(
+                    "host {host_id} removed from the live set (it joins again with its next heartbeat)"
+                ))
+            } else {
+                Err(Refused(format!("there is no host {host_id}")))
+            }
+        }
+    })
+}
+
+fn until(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+    format!("{:.1} s", d.as_secs_f64())
+}
