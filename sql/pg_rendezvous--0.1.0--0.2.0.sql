@@ -865,6 +865,38 @@ $$;
 COMMENT ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) IS
     'Admin: ends a firing''s live claim now (its holder''s token goes stale at once) so another host takes it over; released is false when nobody held it live. P0002 when there is no such firing.';
 
+-- Admin: ask a leader to step down.
+ALTER TABLE rendezvous.leaders ADD COLUMN step_down_epoch bigint, ADD COLUMN step_down_reason text;
+COMMENT ON COLUMN rendezvous.leaders.step_down_epoch IS
+    'The term an operator asked to end (request_step_down): its leader resigns at its next refresh.';
+
+CREATE FUNCTION rendezvous.request_step_down(group_name text, reason text DEFAULT NULL)
+RETURNS TABLE (requested boolean, leader text, epoch bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    current record;
+BEGIN
+    PERFORM rendezvous._check_text('group_name', request_step_down.group_name, rendezvous._max_id_bytes());
+    IF NOT EXISTS (SELECT 1 FROM rendezvous.leaders l WHERE l.group_name = request_step_down.group_name) THEN
+        RAISE EXCEPTION 'there is no leader group "%"', request_step_down.group_name USING ERRCODE = 'P0002';
+    END IF;
+    SELECT * INTO current FROM rendezvous.leader(request_step_down.group_name);
+    IF current.leader IS NULL THEN
+        RETURN QUERY SELECT false, NULL::text, current.epoch;
+        RETURN;
+    END IF;
+    UPDATE rendezvous.leaders l
+       SET step_down_epoch = current.epoch, step_down_reason = left(request_step_down.reason, 500)
+     WHERE l.group_name = request_step_down.group_name;
+    RETURN QUERY SELECT true, current.leader, current.epoch;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.request_step_down(text, text) IS
+    'Admin: asks the group''s current leader to step down; its elector resigns at its next refresh and logs the reason. requested is false when nobody leads. P0002 for an unknown group.';
+
 -- Epochs and tokens stay above any a timeline before the current one handed out.
 
 CREATE  FUNCTION rendezvous."_fence_floor"() RETURNS bigint /* i64 */
@@ -1323,3 +1355,6 @@ GRANT EXECUTE ON FUNCTION rendezvous.replication_status() TO rendezvous_observer
 ALTER FUNCTION rendezvous.release_firing_claim(text, timestamptz) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO rendezvous_admin;
+ALTER FUNCTION rendezvous.request_step_down(text, text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) TO rendezvous_admin;

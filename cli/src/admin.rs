@@ -38,6 +38,15 @@ pub enum AdminAction {
         #[arg(long = "older-than", value_name = "INTERVAL")]
         older_than: String,
     },
+    /// Ask a group's leader to step down (rendezvous.request_step_down): its elector resigns at
+    /// its next refresh and logs why; followers claim at once
+    StepDown {
+        /// The leader group
+        group: String,
+        /// Why (the leader's log shows it)
+        #[arg(long)]
+        reason: Option<String>,
+    },
     /// Remove a host from the live set now (rendezvous.leave): its keys move to other hosts
     RemoveHost {
         /// The host's id
@@ -126,6 +135,30 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
                 .map_err(e)?
                 .get(0);
             Ok(format!("purged {runs} finished runs and {firings} finished firings older than {older_than}"))
+        }
+        AdminAction::StepDown { group, reason } => {
+            let row = client
+                .query_one(
+                    "SELECT requested, leader, epoch FROM rendezvous.request_step_down($1, $2)",
+                    &[group, reason],
+                )
+                .await;
+            match row {
+                Ok(row) => {
+                    let (requested, leader, epoch): (bool, Option<String>, i64) =
+                        (row.get(0), row.get(1), row.get(2));
+                    if requested {
+                        Ok(format!(
+                            "asked {} to step down from group {group} (epoch {epoch}): it resigns at its next refresh",
+                            leader.unwrap_or_default()
+                        ))
+                    } else {
+                        Err(Refused(format!("nobody leads group {group} (last epoch {epoch})")))
+                    }
+                }
+                Err(err) if missing(&err) => Err(Refused(format!("there is no leader group {group}"))),
+                Err(err) => return Err(e(err)),
+            }
         }
         AdminAction::RemoveHost { host_id } => {
             let removed: bool =

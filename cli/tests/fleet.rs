@@ -216,6 +216,7 @@ fn admin_actions_work_for_admins_refuse_missing_targets_and_observers() {
   -c "CREATE ROLE rz_look_{id} LOGIN; GRANT rendezvous_observer TO rz_look_{id};" \
   -c "SELECT rendezvous.schedule_task('nightly', '@daily')" \
   -c "SELECT rendezvous.heartbeat('h1')" \
+  -c "SELECT * FROM rendezvous.try_lead('quiet', 'x')" -c "SELECT rendezvous.resign('quiet')" \
   -c "SELECT * FROM rendezvous.claim_firing('stuck', '2026-01-01 00:00+00', 'hung', '1 day')" >/dev/null
 ops="postgresql://rz_ops_{id}@127.0.0.1:$PGPORT/postgres"
 look="postgresql://rz_look_{id}@127.0.0.1:$PGPORT/postgres"
@@ -228,6 +229,8 @@ run --database-url "$ops" resume nightly
 run --database-url "$ops" release stuck '2026-01-01 00:00+00'
 run --database-url "$ops" release stuck '2026-01-01 00:00+00'
 run --database-url "$ops" purge --older-than '7 days'
+run --database-url "$ops" step-down quiet --reason maintenance
+run --database-url "$ops" step-down nope
 run --database-url "$ops" remove-host h1
 run --database-url "$ops" remove-host h1
 run --database-url "$ops" unschedule nightly
@@ -252,6 +255,8 @@ run --database-url "$ops" unschedule nightly
         ("no longer holds it", 0),
         ("has no live claim to release", 1),
         ("purged 0 finished runs and 0 finished firings", 0),
+        ("nobody leads group quiet", 1),
+        ("there is no leader group nope", 1),
         ("host h1 removed from the live set", 0),
         ("there is no host h1", 1),
         ("task nightly removed", 0),

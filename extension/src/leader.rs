@@ -301,10 +301,22 @@ fn try_lead(
     let my_pid = unsafe { pg_sys::MyProcPid };
 
     if held_by_me(&tag) {
-        let (leader, pid, epoch) = Spi::get_three_with_args::<String, i32, i64>(
-            "SELECT leader, pid, epoch FROM rendezvous.leaders WHERE group_name = $1",
-            &[group.as_str().into()],
-        )
+        let (leader, pid, epoch, step_down) = Spi::connect(|client| {
+            let row = client
+                .select(
+                    "SELECT leader, pid, epoch, CASE WHEN step_down_epoch = epoch THEN coalesce(step_down_reason, '') END
+                       FROM rendezvous.leaders WHERE group_name = $1",
+                    None,
+                    &[group.as_str().into()],
+                )?
+                .first();
+            Ok::<_, pgrx::spi::Error>((
+                row.get::<String>(1)?,
+                row.get::<i32>(2)?,
+                row.get::<i64>(3)?,
+                row.get::<String>(4)?,
+            ))
+        })
         .expect("read the group's record");
         if pid == Some(my_pid) {
             if leader.as_deref() != Some(candidate.as_str()) {
@@ -319,6 +331,17 @@ fn try_lead(
                         leader.unwrap_or_default()
                     ),
                 );
+            }
+            if let Some(reason) = step_down {
+                // An operator asked this term to end (request_step_down): resign, and say why
+                // on the session, where the elector's log shows it.
+                let why = if reason.is_empty() { String::new() } else { format!(": {reason}") };
+                pgrx::warning!(
+                    "stepping down from group \"{group}\" (epoch {}) at an operator's request{why}",
+                    epoch.unwrap_or_default()
+                );
+                step_down_now(&group, &tag);
+                return TableIterator::once((false, None, epoch.unwrap_or_default()));
             }
             return TableIterator::once((true, leader, epoch.unwrap_or_default()));
         }
@@ -353,12 +376,17 @@ fn resign(group_name: Option<&str>) -> bool {
     // (or whose row was deleted since) needs no table read.
     let tag = TAKEN.with(|taken| taken.borrow().iter().find(|(g, _)| *g == group).map(|(_, tag)| *tag));
     let Some(tag) = tag.filter(held_by_me) else { return false };
+    step_down_now(&group, &tag)
+}
+
+/// Clears this session as the group's holder, tells followers, and gives the lock back.
+fn step_down_now(group: &str, tag: &pg_sys::LOCKTAG) -> bool {
     Spi::run_with_args(
         "UPDATE rendezvous.leaders SET pid = NULL WHERE group_name = $1 AND pid = pg_catalog.pg_backend_pid()",
-        &[group.as_str().into()],
+        &[group.into()],
     )
     .expect("clear the holder");
     TAKEN.with(|taken| taken.borrow_mut().retain(|(g, _)| *g != group));
-    announce_free(&group);
-    release(&tag)
+    announce_free(group);
+    release(tag)
 }

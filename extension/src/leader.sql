@@ -10,8 +10,12 @@ CREATE TABLE rendezvous.leaders (
     epoch      bigint NOT NULL DEFAULT 0,
     since      timestamptz,
     pid        integer,
-    CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes())
+    CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes()),
+    step_down_epoch  bigint,
+    step_down_reason text
 );
+COMMENT ON COLUMN rendezvous.leaders.step_down_epoch IS
+    'The term an operator asked to end (request_step_down): its leader resigns at its next refresh.';
 ALTER SEQUENCE rendezvous.leader_lock_ids OWNED BY rendezvous.leaders.lock_id;
 COMMENT ON TABLE rendezvous.leaders IS 'Per leader group: its advisory lock id, last epoch and last holder. The lock in pg_locks is the truth.';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.leaders', '');
@@ -116,3 +120,33 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.assert_leader(text, bigint) IS
     'Fencing: raises RZ001 unless epoch is the live leadership of group_name now. Call it in the same transaction as a leader''s write.';
+
+-- An operator asks the current leader to step down: its elector resigns at its next refresh
+-- (and logs why); followers, told at once, claim. Only that term is asked: a later one,
+-- even the same candidate's, is not. For rendezvous_admin only.
+CREATE FUNCTION rendezvous.request_step_down(group_name text, reason text DEFAULT NULL)
+RETURNS TABLE (requested boolean, leader text, epoch bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    current record;
+BEGIN
+    PERFORM rendezvous._check_text('group_name', request_step_down.group_name, rendezvous._max_id_bytes());
+    IF NOT EXISTS (SELECT 1 FROM rendezvous.leaders l WHERE l.group_name = request_step_down.group_name) THEN
+        RAISE EXCEPTION 'there is no leader group "%"', request_step_down.group_name USING ERRCODE = 'P0002';
+    END IF;
+    SELECT * INTO current FROM rendezvous.leader(request_step_down.group_name);
+    IF current.leader IS NULL THEN
+        RETURN QUERY SELECT false, NULL::text, current.epoch;
+        RETURN;
+    END IF;
+    UPDATE rendezvous.leaders l
+       SET step_down_epoch = current.epoch, step_down_reason = left(request_step_down.reason, 500)
+     WHERE l.group_name = request_step_down.group_name;
+    RETURN QUERY SELECT true, current.leader, current.epoch;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.request_step_down(text, text) IS
+    'Admin: asks the group''s current leader to step down; its elector resigns at its next refresh and logs the reason. requested is false when nobody leads. P0002 for an unknown group.';

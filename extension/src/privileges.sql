@@ -122,3 +122,6 @@ GRANT EXECUTE ON FUNCTION rendezvous.replication_status() TO rendezvous_observer
 ALTER FUNCTION rendezvous.release_firing_claim(text, timestamptz) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO rendezvous_admin;
+ALTER FUNCTION rendezvous.request_step_down(text, text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) TO rendezvous_admin;

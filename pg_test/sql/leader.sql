@@ -115,3 +115,21 @@ DELETE FROM rendezvous.leaders;
 -- The leader records and the lock id sequence are kept by pg_dump (epochs survive a restore).
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'pg_rendezvous' AND c.relname IN ('leaders', 'leader_lock_ids') ORDER BY 1;
+
+-- An operator asks the leader to step down: at its next refresh it resigns and says why; a
+-- later term is not affected. Admins only; nobody leading or an unknown group is said so.
+SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
+SET ROLE rendezvous_host;
+SELECT regress.err($$SELECT rendezvous.request_step_down('ops')$$);
+RESET ROLE;
+SET ROLE rendezvous_admin;
+SELECT * FROM rendezvous.request_step_down('ops', 'moving it off host-a for maintenance');
+SELECT regress.err($$SELECT rendezvous.request_step_down('no-such-group')$$);
+RESET ROLE;
+SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
+SELECT leader, epoch FROM rendezvous.leader('ops');
+SELECT * FROM rendezvous.request_step_down('ops');
+SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
+SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
+SELECT rendezvous.resign('ops');
+DELETE FROM rendezvous.leaders;

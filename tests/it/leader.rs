@@ -443,3 +443,29 @@ async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announce
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
+
+/// An operator's step-down request: the leader's elector resigns at its next refresh, and a
+/// follower (woken by the announcement, not its own minute-long tick) takes over.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_asked_to_step_down_resigns_at_its_next_refresh_and_a_follower_takes_over() {
+    let db = TestDb::new("step_down").await;
+    let a = start(&db.url, "ops", "a").await;
+    wait_until("a to lead", Duration::from_secs(10), || a.is_leader()).await;
+    let b = start_slow(&db.url, "ops", "b").await;
+    wait_until_follows(&b, "a").await;
+    let admin = db.connect().await;
+    let row = admin
+        .query_one("SELECT requested, leader, epoch FROM rendezvous.request_step_down('ops', 'test')", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, bool>(0), row.get::<_, Option<String>>(1), row.get::<_, i64>(2)),
+        (true, Some("a".into()), 1)
+    );
+    let took = wait_until("b to take over", Duration::from_secs(10), || b.is_leader()).await;
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(b.epoch(), Some(2));
+    assert!(!a.is_leader());
+    b.shutdown().await.unwrap();
+    a.shutdown().await.unwrap();
+}
