@@ -22,9 +22,10 @@ elif ! dpkg-query -W -f='${Status}' postgresql-server-dev-$PG_MAJOR 2>/dev/null 
   # Pinned: unpinned, apt would upgrade the server and libpq along with the -dev package.
   need+=("postgresql-server-dev-$PG_MAJOR=$server_version")
 fi
-# pgbouncer: pooler tests; plpgsql-check: the lint suite; cron: the scheduler benchmark's baseline.
+# pgbouncer: pooler tests; plpgsql-check: the lint suite; cron: the scheduler benchmark's
+# baseline; chromium: the dashboard test (headless).
 for p in libclang-dev clang pkg-config libssl-dev build-essential sudo pgbouncer postgresql-$PG_MAJOR-plpgsql-check \
-         postgresql-$PG_MAJOR-cron; do
+         postgresql-$PG_MAJOR-cron chromium; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

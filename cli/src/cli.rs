@@ -41,6 +41,9 @@ pub enum Command {
     /// Show who is live, who leads each group at which epoch, in-flight and recent firings,
     /// and recent runs
     Status(StatusArgs),
+    /// Serve a live dashboard of the fleet (hosts and their share of keys, leaders, tasks,
+    /// firings, runs) on a local web page, read-only
+    Dashboard(DashboardArgs),
     /// An operator's actions: pause, resume or remove a task, release a stuck firing claim,
     /// purge finished runs and firings, remove a host (as a member of rendezvous_admin)
     Admin(AdminArgs),
@@ -63,6 +66,7 @@ impl Command {
             Command::Fleet(_) => "fleet",
             Command::Status(_) => "status",
             Command::Admin(_) => "admin",
+            Command::Dashboard(_) => "dashboard",
             Command::Cluster { command: ClusterCommand::Run(_) } => "cluster run",
             Command::Host(_) => "host",
         }
@@ -94,6 +98,17 @@ fn parse_watch(s: &str) -> Result<std::time::Duration, String> {
         Ok(secs) if secs.is_finite() && secs >= 0.1 => Ok(std::time::Duration::from_secs_f64(secs)),
         _ => Err(format!("give the refresh interval in seconds, 0.1 or more (got {s:?})")),
     }
+}
+
+/// The flags of `rendezvous dashboard`.
+#[derive(Debug, Args)]
+pub struct DashboardArgs {
+    /// The database to watch (a rendezvous_observer login is enough)
+    #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: Option<String>,
+    /// Address to serve on
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
+    pub listen: std::net::SocketAddr,
 }
 
 /// The flags of `rendezvous admin`.

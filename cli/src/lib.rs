@@ -1,8 +1,9 @@
 //! The `rendezvous` command's pieces: its command line, a throwaway cluster, the fleet
-//! (controller and host processes), the status report, and the operator's actions.
+//! (controller and host processes), the status report and dashboard, and the operator's actions.
 pub mod admin;
 pub mod cli;
 pub mod cluster;
+pub mod dashboard;
 pub mod fleet;
 pub mod host;
 pub mod status;

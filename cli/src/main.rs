@@ -3,7 +3,7 @@
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rendezvous_cli::cli::{Cli, ClusterCommand, Command};
-use rendezvous_cli::{admin, cluster, fleet, host, status};
+use rendezvous_cli::{admin, cluster, dashboard, fleet, host, status};
 
 #[tokio::main]
 async fn main() {
@@ -54,6 +54,17 @@ async fn run(command: Command) -> Result<i32, String> {
             } else {
                 status::print(&v);
             }
+            Ok(0)
+        }
+        Command::Dashboard(args) => {
+            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
+                let mut cli = Cli::command();
+                cli.build();
+                let sub = cli.find_subcommand_mut("dashboard").expect("dashboard is a subcommand");
+                sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
+                    .exit()
+            };
+            dashboard::serve(url, args.listen).await?;
             Ok(0)
         }
         Command::Admin(args) => {

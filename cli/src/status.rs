@@ -34,17 +34,19 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
             rows(client, sql)
                 .await?
                 .iter()
-                .map(|r| json!({"key": r.get::<_, String>(0), "holder": r.get::<_, Option<String>>(1), "token": r.get::<_, i64>(2), "attempts": r.get::<_, i32>(3), "lease_left_seconds": r.get::<_, f64>(4), "completed": r.get::<_, bool>(5), "state": r.get::<_, String>(6)}))
+                .map(|r| json!({"key": r.get::<_, String>(0), "holder": r.get::<_, Option<String>>(1), "token": r.get::<_, i64>(2), "attempts": r.get::<_, i32>(3), "lease_left_seconds": r.get::<_, f64>(4), "completed": r.get::<_, bool>(5), "state": r.get::<_, String>(6), "lateness_ms": r.get::<_, Option<f64>>(7)}))
                 .collect(),
         )
     };
     let in_flight = firing(
-        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false, state
+        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false, state,
+                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
            FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20",
     )
     .await?;
     let recent = firing(
-        "SELECT firing_key, holder, token, attempts, 0::float8, true, state
+        "SELECT firing_key, holder, token, attempts, 0::float8, true, state,
+                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
            FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
     )
     .await?;

@@ -268,3 +268,83 @@ run --database-url "$ops" unschedule nightly
         assert!(run.trim_end().ends_with(&format!("exit {code}")), "expected exit {code}:\n{run}");
     }
 }
+
+/// `rendezvous dashboard`, loaded by headless Chromium while a fleet runs: a person sees the
+/// leader's name, the live host count, and firings that just completed. Its screenshot is
+/// saved (to $RENDEZVOUS_SCREENSHOT when set, which is how the README's was made).
+#[test]
+fn the_dashboard_shows_the_fleet_in_headless_chromium() {
+    use rendezvous_cli::cluster::{free_port, Cluster};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start()).unwrap();
+    let url = cluster.url();
+    let exe = env!("CARGO_BIN_EXE_rendezvous");
+    let fleet = Command::new(exe)
+        .args(["fleet", "--hosts", "3", "--duration", "25", "--tasks", "4", "--database-url", &url])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let port = free_port();
+    let dashboard = Command::new(exe)
+        .args(["dashboard", "--database-url", &url, "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill both however the test ends.
+    struct Reap(Vec<std::process::Child>);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let _reap = Reap(vec![fleet, dashboard]);
+    // Let the fleet elect a leader and complete firings.
+    let client = rt.block_on(rendezvous_client::connect(url.as_str())).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (leader, completed) = loop {
+        let row = rt
+            .block_on(client.query_one(
+                "SELECT (SELECT leader FROM rendezvous.status_leaders WHERE leader IS NOT NULL LIMIT 1),
+                        (SELECT count(*) FROM rendezvous.status_firings WHERE state = 'completed')",
+                &[],
+            ))
+            .unwrap();
+        let (leader, completed): (Option<String>, i64) = (row.get(0), row.get(1));
+        if let (Some(l), true) = (leader, completed >= 3) {
+            break (l, completed);
+        }
+        assert!(std::time::Instant::now() < deadline, "the fleet did not get going");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(completed >= 3);
+    let page = format!("http://127.0.0.1:{port}/");
+    let chromium = |extra: &[&str]| {
+        Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+            ])
+            .args(extra)
+            .arg(&page)
+            .output()
+            .expect("run chromium (scripts/setup.sh installs it)")
+    };
+    // What a person sees: the DOM after the page's script ran a few refreshes.
+    let dom =
+        String::from_utf8_lossy(&chromium(&["--virtual-time-budget=5000", "--dump-dom"]).stdout).to_string();
+    assert!(dom.contains(&format!("class=\"leader\">{leader}<")), "the leader {leader} is not shown:\n{dom}");
+    assert!(dom.contains("live hosts: <b id=\"live-hosts\">3</b>"), "3 live hosts are not shown:\n{dom}");
+    assert!(dom.contains("<tr class=\"completed\"><td>firing:fleet"), "no completed firing is shown:\n{dom}");
+    assert!(dom.contains("share of keys"), "{dom}");
+    let shot = std::env::var("RENDEZVOUS_SCREENSHOT")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| cluster.dir().join("dashboard.png"));
+    let out = chromium(&["--window-size=1400,1000", &format!("--screenshot={}", shot.display())]);
+    assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
+}

@@ -1,0 +1,259 @@
+//! `rendezvous dashboard`: the fleet live in a browser, from the status views only (so a
+//! `rendezvous_observer` login is enough). One binary, no JavaScript toolchain: the server
+//! renders the page, and a few lines of JavaScript fetch it again every two seconds.
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use axum::extract::State;
+use axum::response::{Html, IntoResponse};
+use axum::routing::get;
+use serde_json::Value;
+use tokio_postgres::Client;
+
+/// How many leadership changes the page remembers.
+const HISTORY: usize = 50;
+
+/// Sample keys the HRW share of each host is estimated over.
+const SHARE_SAMPLE: usize = 20_000;
+
+struct Dashboard {
+    client: tokio::sync::Mutex<Client>,
+    url: String,
+    /// Leadership changes seen since the dashboard started: (when, group, leader, epoch).
+    history: Mutex<VecDeque<(SystemTime, String, Option<String>, i64)>>,
+}
+
+/// Serves the dashboard on `listen` until the process ends.
+pub async fn serve(url: String, listen: SocketAddr) -> Result<(), String> {
+    let client = rendezvous_client::connect(url.as_str()).await.map_err(|e| e.to_string())?;
+    rendezvous_client::check_extension(&client).await.map_err(|e| e.to_string())?;
+    let state = Arc::new(Dashboard {
+        client: tokio::sync::Mutex::new(client),
+        url,
+        history: Mutex::new(VecDeque::new()),
+    });
+    let app = axum::Router::new()
+        .route("/", get(page))
+        .route("/fragment", get(fragment))
+        .route("/status.json", get(json))
+        .with_state(state);
+    let listener =
+        tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    println!("dashboard on http://{} (read-only)", listener.local_addr().map_err(|e| e.to_string())?);
+    axum::serve(listener, app).await.map_err(|e| e.to_string())
+}
+
+/// The status, read again (reconnecting if the connection was lost).
+async fn status(d: &Dashboard) -> Result<Value, String> {
+    let mut client = d.client.lock().await;
+    if client.is_closed() {
+        *client = rendezvous_client::connect(d.url.as_str()).await.map_err(|e| e.to_string())?;
+    }
+    let v = crate::status::collect(&client).await?;
+    let mut history = d.history.lock().expect("history lock");
+    for l in v["leaders"].as_array().into_iter().flatten() {
+        let group = l["group"].as_str().unwrap_or("").to_owned();
+        let leader = l["leader"].as_str().map(str::to_owned);
+        let epoch = l["epoch"].as_i64().unwrap_or(0);
+        let last = history.iter().rev().find(|(_, g, _, _)| *g == group);
+        if last.is_none_or(|(_, _, who, e)| *who != leader || *e != epoch) {
+            history.push_back((SystemTime::now(), group, leader, epoch));
+            if history.len() > HISTORY {
+                history.pop_front();
+            }
+        }
+    }
+    Ok(v)
+}
+
+async fn json(State(d): State<Arc<Dashboard>>) -> impl IntoResponse {
+    match status(&d).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, e).into_response(),
+    }
+}
+
+async fn fragment(State(d): State<Arc<Dashboard>>) -> Html<String> {
+    Html(match status(&d).await {
+        Ok(v) => render(&v, &d.history.lock().expect("history lock")),
+        Err(e) => format!("<p class=\"error\">cannot read the database: {}</p>", esc(&e)),
+    })
+}
+
+async fn page(State(d): State<Arc<Dashboard>>) -> Html<String> {
+    let Html(body) = fragment(State(d)).await;
+    Html(format!(
+        r#"<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>pg_rendezvous</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }}
+h1 {{ font-size: 1.3em; }} h2 {{ font-size: 1.05em; margin: 1.2em 0 .3em; }}
+table {{ border-collapse: collapse; }} td, th {{ padding: 2px 10px; border-bottom: 1px solid #ddd; text-align: left; }}
+.live {{ color: #16794a; font-weight: 600; }} .stale {{ color: #a33; }} .warn {{ color: #a33; font-weight: 600; }}
+.bar {{ display: inline-block; height: 10px; background: #4a7ab5; }}
+.grid {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 0 2em; }}
+</style></head>
+<body><h1>pg_rendezvous — live</h1><div id="live">{body}</div>
+<script>
+// Redraw every two seconds from the server's rendering.
+setInterval(async () => {{
+  try {{ const r = await fetch('/fragment'); document.getElementById('live').innerHTML = await r.text(); }} catch (e) {{}}
+}}, 2000);
+</script></body></html>"#
+    ))
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(x) => esc(x),
+        Value::Null => "–".into(),
+        other => esc(&other.to_string()),
+    }
+}
+
+/// Each live host's share of keys (HRW over the live set, weights included), estimated over
+/// sample keys with the same code the servers and clients use.
+fn shares(hosts: &[Value]) -> Vec<(String, f64)> {
+    let live: Vec<(String, f64)> = hosts
+        .iter()
+        .filter(|h| h["live"] == true)
+        .map(|h| (h["host_id"].as_str().unwrap_or("").to_owned(), h["weight"].as_f64().unwrap_or(1.0)))
+        .collect();
+    let Ok(set) = rendezvous_client::HostSet::weighted(live.iter().map(|(h, w)| (h.as_str(), *w))) else {
+        return Vec::new();
+    };
+    let mut counts: std::collections::BTreeMap<String, usize> =
+        live.iter().map(|(h, _)| (h.clone(), 0)).collect();
+    for i in 0..SHARE_SAMPLE {
+        if let Some(w) = set.winner(&format!("sample-key-{i}")) {
+            *counts.entry(w.to_owned()).or_default() += 1;
+        }
+    }
+    counts.into_iter().map(|(h, c)| (h, c as f64 / SHARE_SAMPLE as f64)).collect()
+}
+
+/// The page's content.
+pub fn render(v: &Value, history: &VecDeque<(SystemTime, String, Option<String>, i64)>) -> String {
+    let mut o = String::new();
+    let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
+    let live = hosts.iter().filter(|h| h["live"] == true).count();
+    let share = shares(&hosts);
+    let _ = write!(o, "<p id=\"summary\">live hosts: <b id=\"live-hosts\">{live}</b> of {}", hosts.len());
+    let r = &v["replication"];
+    let _ = write!(o, " · standbys: {} ({} synchronous)", s(&r["standbys"]), s(&r["synchronous"]));
+    if let Some(w) = r["warning"].as_str() {
+        let _ = write!(o, " · <span class=\"warn\">{}</span>", esc(w));
+    }
+    o.push_str("</p><div class=\"grid\"><div>");
+
+    o.push_str("<h2>Hosts</h2><table id=\"hosts\"><tr><th>host</th><th>state</th><th>weight</th><th>last heartbeat</th><th>share of keys</th></tr>");
+    for h in &hosts {
+        let id = h["host_id"].as_str().unwrap_or("");
+        let pct = share.iter().find(|(x, _)| x == id).map(|(_, p)| *p).unwrap_or(0.0);
+        let live = h["live"] == true;
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{:.1} s ago</td><td><span class=\"bar\" style=\"width:{:.0}px\"></span> {:.1} %</td></tr>",
+            esc(id),
+            if live { "live" } else { "stale" },
+            if live { "live" } else { "stale" },
+            s(&h["weight"]),
+            h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0),
+            pct * 200.0,
+            pct * 100.0
+        );
+    }
+    o.push_str("</table>");
+
+    o.push_str("<h2>Leaders</h2><table id=\"leaders\"><tr><th>group</th><th>leader</th><th>epoch</th><th>for</th></tr>");
+    for l in v["leaders"].as_array().into_iter().flatten() {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td class=\"leader\">{}</td><td>{}</td><td>{}</td></tr>",
+            s(&l["group"]),
+            l["leader"].as_str().map(esc).unwrap_or_else(|| "<i>nobody</i>".into()),
+            s(&l["epoch"]),
+            l["seconds_leading"].as_f64().map(|x| format!("{x:.0} s")).unwrap_or_default()
+        );
+    }
+    o.push_str("</table><h2>Leadership changes seen</h2><table id=\"history\"><tr><th>when</th><th>group</th><th>leader</th><th>epoch</th></tr>");
+    for (at, group, leader, epoch) in history.iter().rev().take(12) {
+        let ago = SystemTime::now().duration_since(*at).unwrap_or_default().as_secs();
+        let _ = write!(
+            o,
+            "<tr><td>{ago} s ago</td><td>{}</td><td>{}</td><td>{epoch}</td></tr>",
+            esc(group),
+            leader.as_deref().map(esc).unwrap_or_else(|| "<i>nobody</i>".into())
+        );
+    }
+    o.push_str("</table></div><div>");
+
+    o.push_str("<h2>Tasks</h2><table id=\"tasks\"><tr><th>task</th><th>schedule</th><th>next</th><th>running</th><th>waiting</th><th>failed</th><th>last error</th></tr>");
+    for t in v["tasks"].as_array().into_iter().flatten() {
+        let next = match (t["paused"].as_bool(), t["next_fire_in_seconds"].as_f64()) {
+            (Some(true), _) => "paused".to_owned(),
+            (_, Some(x)) => format!("in {x:.1} s"),
+            (_, None) => "never".to_owned(),
+        };
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td><code>{}</code> {}</td><td>{next}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s(&t["task_id"]),
+            s(&t["schedule"]),
+            s(&t["time_zone"]),
+            s(&t["running"]),
+            s(&t["waiting"]),
+            s(&t["failed"]),
+            t["last_error"].as_str().map(esc).unwrap_or_default()
+        );
+    }
+    let f = &v["firings"];
+    let _ = write!(
+        o,
+        "</table><h2>Firings</h2><p>{} in flight, {} completed, {} failed</p><table id=\"in-flight\"><tr><th>in flight</th><th>state</th><th>holder</th><th>token</th></tr>",
+        s(&f["in_flight"]),
+        s(&f["completed"]),
+        s(&f["failed"])
+    );
+    for x in f["in_flight_sample"].as_array().into_iter().flatten().take(10) {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s(&x["key"]),
+            s(&x["state"]),
+            s(&x["holder"]),
+            s(&x["token"])
+        );
+    }
+    o.push_str("</table><table id=\"completed\"><tr><th>recently completed</th><th>by</th><th>token</th><th>started late by</th></tr>");
+    for x in f["recently_completed"].as_array().into_iter().flatten().take(10) {
+        let _ = write!(
+            o,
+            "<tr class=\"completed\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s(&x["key"]),
+            s(&x["holder"]),
+            s(&x["token"]),
+            x["lateness_ms"].as_f64().map(|ms| format!("{ms:.0} ms")).unwrap_or_default()
+        );
+    }
+    o.push_str("</table><h2>Recent runs</h2><table id=\"runs\"><tr><th>run</th><th>tenant</th><th>workflow</th><th>state</th></tr>");
+    for r in v["recent_runs"].as_array().into_iter().flatten() {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s(&r["run_id"]),
+            s(&r["tenant"]),
+            s(&r["workflow"]),
+            s(&r["state"])
+        );
+    }
+    o.push_str("</table></div></div>");
+    o
+}
