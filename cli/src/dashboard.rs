@@ -19,11 +19,14 @@ const HISTORY: usize = 50;
 /// Sample keys the HRW share of each host is estimated over.
 const SHARE_SAMPLE: usize = 20_000;
 
+/// A leadership change: when it was seen, the group, its leader (none), the epoch.
+type Change = (SystemTime, String, Option<String>, i64);
+
 struct Dashboard {
     client: tokio::sync::Mutex<Client>,
     url: String,
     /// Leadership changes seen since the dashboard started: (when, group, leader, epoch).
-    history: Mutex<VecDeque<(SystemTime, String, Option<String>, i64)>>,
+    history: Mutex<VecDeque<Change>>,
 }
 
 /// Serves the dashboard on `listen` until the process ends.
@@ -140,7 +143,7 @@ fn shares(hosts: &[Value]) -> Vec<(String, f64)> {
 }
 
 /// The page's content.
-pub fn render(v: &Value, history: &VecDeque<(SystemTime, String, Option<String>, i64)>) -> String {
+pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     let mut o = String::new();
     let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
     let live = hosts.iter().filter(|h| h["live"] == true).count();
