@@ -35,6 +35,9 @@ pub struct FleetOptions {
     /// Seed for the chaos (the same seed picks the same acts)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Where to write the timeline picture (SVG); default: the temp directory
+    #[arg(long, value_name = "PATH")]
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 fn parse_hosts(s: &str) -> Result<usize, String> {
@@ -83,7 +86,7 @@ fn signal(child: &Child, sig: &str) {
 }
 
 /// The final figures.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Report {
     /// Firings that came due.
     pub due: i64,
@@ -118,6 +121,35 @@ pub struct Report {
     pub failovers: Vec<Duration>,
     /// Chaos events by kind.
     pub chaos: BTreeMap<&'static str, u32>,
+    /// Each chaos act: when, a short name, on which host (for the timeline).
+    pub chaos_acts: Vec<(SystemTime, &'static str, String)>,
+    /// Where the timeline picture was written, or why it was not.
+    pub timeline: Result<std::path::PathBuf, String>,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            due: 0,
+            completed: 0,
+            executed_twice: 0,
+            lost: 0,
+            rerun_after_takeover: 0,
+            started_early: 0,
+            lateness: None,
+            retried: 0,
+            failed: 0,
+            runs: 0,
+            deduplicated: 0,
+            keys_with_two_runs: 0,
+            split_brain_epochs: 0,
+            leader_terms: 0,
+            failovers: Vec::new(),
+            chaos: BTreeMap::new(),
+            chaos_acts: Vec::new(),
+            timeline: Err("not drawn".into()),
+        }
+    }
 }
 
 impl Report {
@@ -241,8 +273,18 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
                     if !status.success() && SystemTime::now() < end {
                         h.child = Some(spawn(&h.plan)?);
                         *report.chaos.entry("restart after a host process exited").or_default() += 1;
+                        report.chaos_acts.push((SystemTime::now(), "restart", h.plan.host_id.clone()));
                     }
                 }
+            }
+        }
+        // Past the end, no host stays paused: it must finish its part and stop.
+        if SystemTime::now() >= end {
+            for h in hosts.iter_mut().filter(|h| h.stopped) {
+                if let Some(c) = &h.child {
+                    signal(c, "CONT");
+                }
+                h.stopped = false;
             }
         }
         let alive = hosts.iter().filter(|h| h.child.is_some()).count();
@@ -273,6 +315,15 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         let _ = rendezvous_client::schedule::unschedule_task(&admin, &spec.task_id).await;
     }
     finish(&admin, &tag, &group, end, &mut report).await?;
+    let path = o
+        .timeline
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("rendezvous-{tag}-timeline.svg")));
+    let hosts: Vec<String> = hosts.iter().map(|h| h.plan.host_id.clone()).collect();
+    report.timeline = match timeline_data(&admin, &tag, hosts, &report).await {
+        Ok(t) => crate::timeline::write(&path, &t).map(|()| path),
+        Err(e) => Err(e),
+    };
     Ok(report)
 }
 
@@ -337,6 +388,11 @@ async fn chaos_step(
                 let _ = c.start_kill();
                 let _ = c.wait().await;
                 *report.chaos.entry("SIGKILL").or_default() += 1;
+                report.chaos_acts.push((
+                    SystemTime::now(),
+                    "SIGKILL, back with its clock off",
+                    hosts[target].plan.host_id.clone(),
+                ));
                 if was_leader {
                     let before = leader_now.epoch;
                     while killed.elapsed() < Duration::from_secs(10) {
@@ -363,6 +419,7 @@ async fn chaos_step(
                 signal(c, "STOP");
                 hosts[i].stopped = true;
                 *report.chaos.entry("SIGSTOP/SIGCONT").or_default() += 1;
+                report.chaos_acts.push((SystemTime::now(), "SIGSTOP", hosts[i].plan.host_id.clone()));
             }
         }
         _ => {
@@ -376,9 +433,46 @@ async fn chaos_step(
                 .await
                 .map_err(|e| e.to_string())?;
             *report.chaos.entry("pg_terminate_backend").or_default() += 1;
+            report.chaos_acts.push((SystemTime::now(), "backends terminated", hosts[i].plan.host_id.clone()));
         }
     }
     Ok(())
+}
+
+/// The timeline's data: the fleet's starts and completions, leader actions, and chaos acts.
+async fn timeline_data(
+    admin: &Client,
+    tag: &str,
+    hosts: Vec<String>,
+    report: &Report,
+) -> Result<crate::timeline::Timeline, String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    let runs = admin
+        .query(
+            "SELECT s.host_id, s.at, e.at, s.token > 1 OR f.failures > 0
+               FROM fleet_starts s
+               LEFT JOIN fleet_effects e ON e.tag = s.tag AND e.firing_key = s.firing_key AND e.token = s.token
+               LEFT JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+              WHERE s.tag = $1",
+            &[&tag],
+        )
+        .await
+        .map_err(e)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get::<_, Option<bool>>(3).unwrap_or(false)))
+        .collect::<Vec<(String, SystemTime, Option<SystemTime>, bool)>>();
+    let terms = admin
+        .query(
+            "SELECT host_id, epoch, min(at), max(at) FROM fleet_leader_actions WHERE tag = $1 GROUP BY 1, 2",
+            &[&tag],
+        )
+        .await
+        .map_err(e)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let start = runs.iter().map(|r| r.1).chain(report.chaos_acts.iter().map(|c| c.0)).min();
+    Ok(crate::timeline::Timeline { start, hosts, runs, terms, chaos: report.chaos_acts.clone() })
 }
 
 async fn finish(
@@ -521,6 +615,13 @@ pub fn print_report(r: &Report) {
     if !r.chaos.is_empty() {
         let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
         println!("chaos                    {}", c.join(", "));
+    }
+    match &r.timeline {
+        Ok(path) => println!(
+            "timeline                 {}   (hosts over time: firings, leader terms, chaos)",
+            path.display()
+        ),
+        Err(why) => println!("timeline                 not drawn: {why}"),
     }
     println!("verdict                  {}", if r.pass() { "PASS" } else { "FAIL" });
 }

@@ -7,3 +7,4 @@ pub mod dashboard;
 pub mod fleet;
 pub mod host;
 pub mod status;
+pub mod timeline;

@@ -31,6 +31,12 @@ fn a_short_fleet_under_chaos_passes() {
     );
     assert_eq!(figure(&report, "runs admitted"), due);
     assert!(report.contains("chaos "), "chaos ran: {report}");
+    // The timeline picture, beside the report.
+    let line = report.lines().find(|l| l.starts_with("timeline ")).expect("a timeline line");
+    let path = line["timeline".len()..].split_whitespace().next().unwrap();
+    let svg = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert!(svg.starts_with("<svg") && svg.contains("host-0") && svg.contains("epoch "), "{path}");
+    let _ = std::fs::remove_file(path);
 }
 
 #[test]

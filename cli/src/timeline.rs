@@ -1,0 +1,153 @@
+//! The fleet's story as a picture: one lane per host over time, with its firings (from start
+//! to completion), its leader terms, and each chaos act where it happened. Drawn with
+//! `plotters` into an SVG file beside the report.
+use std::time::SystemTime;
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+/// What happened, on the database clock (chaos acts on the controller's, which is the same
+/// machine's).
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// When the picture starts.
+    pub start: Option<SystemTime>,
+    /// The hosts, one lane each, top to bottom.
+    pub hosts: Vec<String>,
+    /// A firing's run on a host: start, completion (none: cut off), and whether it ran
+    /// before (a takeover or a retry).
+    pub runs: Vec<(String, SystemTime, Option<SystemTime>, bool)>,
+    /// A leader term's span as its actions show it: host, epoch, first and last action.
+    pub terms: Vec<(String, i64, SystemTime, SystemTime)>,
+    /// A chaos act: when, what, on which host.
+    pub chaos: Vec<(SystemTime, &'static str, String)>,
+}
+
+/// A TrueType font for the labels: SVG text still needs metrics to lay out.
+fn font() -> Result<&'static [u8], String> {
+    const CANDIDATES: &[&str] = &[
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    ];
+    for path in CANDIDATES {
+        if let Ok(bytes) = std::fs::read(path) {
+            return Ok(Box::leak(bytes.into_boxed_slice()));
+        }
+    }
+    Err("no TrueType font found (scripts/setup.sh installs fonts-dejavu-core)".into())
+}
+
+fn secs(t: SystemTime, start: SystemTime) -> f64 {
+    match t.duration_since(start) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// Writes the picture to `path`.
+pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    register_font("sans-serif", FontStyle::Normal, font()?).map_err(|_| "cannot load the font".to_owned())?;
+    let start = t.start.unwrap_or_else(SystemTime::now);
+    let end = t
+        .runs
+        .iter()
+        .filter_map(|r| r.2.or(Some(r.1)))
+        .chain(t.terms.iter().map(|x| x.3))
+        .chain(t.chaos.iter().map(|c| c.0))
+        .map(|x| secs(x, start))
+        .fold(1.0f64, f64::max)
+        + 1.0;
+    let lanes = t.hosts.len().max(1);
+    let height = 90 + 60 * lanes as u32;
+    let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let lane_of = |host: &str| t.hosts.iter().position(|h| h == host).map(|i| (lanes - 1 - i) as f64);
+    let hosts = t.hosts.clone();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "rendezvous fleet: firings (green; orange: ran again; grey: failed or cut off), leader terms (purple), chaos (red)",
+            ("sans-serif", 16),
+        )
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..end, 0f64..lanes as f64)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(lanes * 2 + 1)
+        .y_label_formatter(&|y| {
+            let lane = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 1e-6 && lane < hosts.len() {
+                hosts[hosts.len() - 1 - lane].clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("seconds")
+        .draw()
+        .map_err(|x| e(&x))?;
+    let green = RGBColor(46, 139, 87);
+    let orange = RGBColor(230, 140, 30);
+    let purple = RGBColor(120, 80, 170);
+    let grey = RGBColor(120, 120, 120);
+    chart
+        .draw_series(t.runs.iter().filter_map(|(host, from, to, again)| {
+            let lane = lane_of(host)?;
+            let x0 = secs(*from, start);
+            let x1 = to.map(|x| secs(x, start)).unwrap_or(x0 + 0.1).max(x0 + 0.05);
+            let color = if to.is_none() {
+                grey.mix(0.8)
+            } else if *again {
+                orange.mix(0.9)
+            } else {
+                green.mix(0.7)
+            };
+            Some(Rectangle::new([(x0, lane + 0.12), (x1, lane + 0.5)], color.filled()))
+        }))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(t.terms.iter().filter_map(|(host, _, from, to)| {
+            let lane = lane_of(host)?;
+            Some(Rectangle::new(
+                [
+                    (secs(*from, start), lane + 0.62),
+                    (secs(*to, start).max(secs(*from, start) + 0.05), lane + 0.78),
+                ],
+                purple.filled(),
+            ))
+        }))
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(t.terms.iter().filter_map(|(host, epoch, from, _)| {
+            let lane = lane_of(host)?;
+            Some(Text::new(
+                format!("epoch {epoch}"),
+                (secs(*from, start), lane + 0.95),
+                ("sans-serif", 11).into_font(),
+            ))
+        }))
+        .map_err(|x| e(&x))?;
+    for (at, what, host) in &t.chaos {
+        let Some(lane) = lane_of(host) else { continue };
+        let x = secs(*at, start);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(x, lane + 0.02), (x, lane + 0.98)],
+                RED.stroke_width(2),
+            )))
+            .map_err(|x| e(&x))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                (*what).to_owned(),
+                (x + 0.1, lane + 0.58),
+                ("sans-serif", 11).into_font().color(&RED),
+            )))
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
