@@ -156,9 +156,62 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
 
 /// Polls `query` (a boolean) on `client` until it is true, for up to 10 s.
 async fn wait_until(client: &tokio_postgres::Client, query: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    wait_until_for(client, query, Duration::from_secs(10)).await;
+}
+
+/// A scheduler on a multi-host URL (`target_session_attrs=read-write`) rides through a
+/// failover: the primary dies, the standby is promoted, and the scheduler reconnects to it by
+/// itself and goes on running firings there, with tokens above the old timeline's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
+    use rendezvous_client::{Job, Scheduler, SchedulerOptions, TaskSpec};
+    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
+    let primary = Cluster::start_with(&options).await.unwrap();
+    let standby = primary.standby().unwrap();
+    let url = format!(
+        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write&connect_timeout=2",
+        standby.port, primary.port
+    );
+    // The read-write host is the primary, though the standby is listed first.
+    let client = rendezvous_client::connect(url.as_str()).await.unwrap();
+    let in_recovery: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.unwrap().get(0);
+    assert!(!in_recovery);
+    drop(client);
+    let scheduler = Scheduler::builder(url.as_str(), "h1")
+        .options(
+            SchedulerOptions::default()
+                .with_poll(Duration::from_millis(200))
+                .with_heartbeat(Duration::from_millis(300))
+                .with_staleness(Duration::from_secs(2))
+                .with_max_backoff(Duration::from_millis(500)),
+        )
+        .task(TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(3)), |_job: Job| async {
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    let completed = "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL";
+    let p = rendezvous_tests::connect(&primary.url()).await;
+    wait_until(&p, &format!("SELECT ({completed}) >= 2")).await;
+    primary.kill().unwrap();
+    standby.promote().unwrap();
+    let s = rendezvous_tests::connect(&standby.url()).await;
+    let floor = 1i64 << 32;
+    let after = format!(
+        "SELECT count(*) >= 2 FROM rendezvous.firings WHERE completed_at IS NOT NULL AND token >= {floor}"
+    );
+    wait_until_for(&s, &after, Duration::from_secs(20)).await;
+    let stats = scheduler.stats();
+    assert!(stats.reconnects >= 1, "{stats:?}");
+    scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
+}
+
+/// Polls `query` (a boolean) on `client` until it is true, for up to `timeout`.
+async fn wait_until_for(client: &tokio_postgres::Client, query: &str, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
     while !client.query_one(query, &[]).await.unwrap().get::<_, bool>(0) {
-        assert!(std::time::Instant::now() < deadline, "{query}: still false after 10 s");
+        assert!(std::time::Instant::now() < deadline, "{query}: still false after {timeout:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
