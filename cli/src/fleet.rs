@@ -63,6 +63,28 @@ struct Host {
     plan: HostPlan,
     child: Option<Child>,
     stopped: bool,
+    /// When the process was last started.
+    started: Instant,
+    /// A restart waiting for its backoff to pass.
+    restart_at: Option<Instant>,
+    /// Exits in a row soon after starting: each doubles the wait before the next start.
+    quick_exits: u32,
+}
+
+/// Before restarting a host that exited: 200 ms, doubling with each quick exit in a row, at
+/// most 5 s, so a database that is away (a failover) does not meet a storm of restarts.
+fn restart_backoff(quick_exits: u32) -> Duration {
+    (Duration::from_millis(200) * 2u32.saturating_pow(quick_exits.min(5))).min(Duration::from_secs(5))
+}
+
+/// The controller's connection, made again if it was lost (a terminated backend, a failover).
+async fn reconnected(admin: &mut Client, url: &str) {
+    if admin.is_closed() {
+        match rendezvous_client::connect(url).await {
+            Ok(c) => *admin = c,
+            Err(e) => println!("  controller: cannot reconnect yet ({e})"),
+        }
+    }
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -197,7 +219,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
             _cluster.url()
         }
     };
-    let admin = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
+    let mut admin = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
     rendezvous_client::check_extension(&admin).await.map_err(|e| e.to_string())?;
     admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())?;
     let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);
@@ -242,6 +264,9 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
             plan: HostPlan { host_id: format!("host-{i}"), ..base.clone() },
             child: None,
             stopped: false,
+            started: Instant::now(),
+            restart_at: None,
+            quick_exits: 0,
         })
         .collect();
     for h in &mut hosts {
@@ -271,10 +296,19 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
                     h.child = None;
                     h.stopped = false;
                     if !status.success() && SystemTime::now() < end {
-                        h.child = Some(spawn(&h.plan)?);
-                        *report.chaos.entry("restart after a host process exited").or_default() += 1;
-                        report.chaos_acts.push((SystemTime::now(), "restart", h.plan.host_id.clone()));
+                        h.quick_exits =
+                            if h.started.elapsed() < Duration::from_secs(5) { h.quick_exits + 1 } else { 0 };
+                        h.restart_at = Some(Instant::now() + restart_backoff(h.quick_exits));
                     }
+                }
+            }
+            if h.child.is_none() && h.restart_at.is_some_and(|at| Instant::now() >= at) {
+                h.restart_at = None;
+                if SystemTime::now() < end {
+                    h.child = Some(spawn(&h.plan)?);
+                    h.started = Instant::now();
+                    *report.chaos.entry("restart after a host process exited").or_default() += 1;
+                    report.chaos_acts.push((SystemTime::now(), "restart", h.plan.host_id.clone()));
                 }
             }
         }
@@ -302,14 +336,19 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
+            reconnected(&mut admin, &url).await;
             progress(&admin, &tag, &group, &hosts, due, end, &report).await;
         }
         if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
             next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
-            chaos_step(&admin, &group, &mut hosts, &mut rng, &mut report).await?;
+            reconnected(&mut admin, &url).await;
+            if let Err(e) = chaos_step(&admin, &group, &mut hosts, &mut rng, &mut report).await {
+                println!("  chaos step skipped: {e}");
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    reconnected(&mut admin, &url).await;
     // The fleet's tasks go with it (their pending firings too); the history stays.
     for spec in base.task_specs() {
         let _ = rendezvous_client::schedule::unschedule_task(&admin, &spec.task_id).await;
@@ -411,6 +450,7 @@ async fn chaos_step(
             let h = &mut hosts[target];
             h.plan.skew_ms = rng.random_range(-180_000..180_000);
             h.child = Some(spawn(&h.plan)?);
+            h.started = Instant::now();
             *report.chaos.entry("restart with a clock ±3 min off").or_default() += 1;
         }
         1 => {
