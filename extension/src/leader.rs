@@ -343,6 +343,7 @@ fn try_lead(
                 step_down_now(&group, &tag);
                 return TableIterator::once((false, None, epoch.unwrap_or_default()));
             }
+            confirm_term(&group);
             return TableIterator::once((true, leader, epoch.unwrap_or_default()));
         }
         // We hold the lock but the record was rolled back (a savepoint): write it again.
@@ -377,6 +378,25 @@ fn resign(group_name: Option<&str>) -> bool {
     let tag = TAKEN.with(|taken| taken.borrow().iter().find(|(g, _)| *g == group).map(|(_, tag)| *tag));
     let Some(tag) = tag.filter(held_by_me) else { return false };
     step_down_now(&group, &tag)
+}
+
+/// A holder's confirmation is a write that waits for synchronous replication like any commit
+/// (raised to `synchronous_commit = on` for this transaction if the session had it off or
+/// local): a primary cut off from its synchronous standby cannot acknowledge it, so the
+/// leader's refresh times out there and it stops confirming its term within its lease.
+fn confirm_term(group: &str) {
+    Spi::run_with_args(
+        "SELECT pg_catalog.set_config('synchronous_commit', 'on', true)
+          WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local')",
+        &[],
+    )
+    .expect("raise synchronous_commit");
+    Spi::run_with_args(
+        "UPDATE rendezvous.leaders SET confirmed_at = pg_catalog.clock_timestamp()
+          WHERE group_name = $1 AND pid = pg_catalog.pg_backend_pid()",
+        &[group.into()],
+    )
+    .expect("confirm the term");
 }
 
 /// Clears this session as the group's holder, tells followers, and gives the lock back.

@@ -12,8 +12,11 @@ CREATE TABLE rendezvous.leaders (
     pid        integer,
     CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes()),
     step_down_epoch  bigint,
-    step_down_reason text
+    step_down_reason text,
+    confirmed_at     timestamptz
 );
+COMMENT ON COLUMN rendezvous.leaders.confirmed_at IS
+    'When the leader last confirmed its term (try_lead by the holding session): a write, so a primary cut off from its synchronous standby cannot acknowledge it, and its leader stops confirming.';
 COMMENT ON COLUMN rendezvous.leaders.step_down_epoch IS
     'The term an operator asked to end (request_step_down): its leader resigns at its next refresh.';
 ALTER SEQUENCE rendezvous.leader_lock_ids OWNED BY rendezvous.leaders.lock_id;

@@ -215,3 +215,40 @@ async fn wait_until_for(client: &tokio_postgres::Client, query: &str, timeout: D
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A leader on a primary cut off from its synchronous standby stops confirming within its
+/// lease: its confirmation is a write, which that primary cannot acknowledge.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_primary_lost_its_synchronous_standby_stops_confirming() {
+    use rendezvous_client::{LeaderElector, LeaderOptions};
+    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
+    let primary = Cluster::start_with(&options).await.unwrap();
+    let standby = primary.standby().unwrap();
+    let p = rendezvous_tests::connect(&primary.url()).await;
+    p.batch_execute("ALTER SYSTEM SET synchronous_standby_names = '*'").await.unwrap();
+    p.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    wait_until(&p, "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE sync_state = 'sync')").await;
+    let refresh = Duration::from_millis(200);
+    let elector = LeaderElector::start(
+        primary.url().as_str(),
+        "g",
+        "a",
+        LeaderOptions::default().with_refresh(refresh).with_lease(Some(Duration::from_millis(600))),
+    )
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !elector.is_leader() {
+        assert!(std::time::Instant::now() < deadline, "no leadership with a synchronous standby");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The standby goes away: the primary can no longer acknowledge a commit.
+    standby.kill().unwrap();
+    let lost = std::time::Instant::now();
+    while elector.is_leader() {
+        assert!(lost.elapsed() < Duration::from_secs(5), "the leader kept confirming without its standby");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lost.elapsed() < Duration::from_secs(2), "stepped down after {:?}", lost.elapsed());
+    drop(elector);
+}
