@@ -149,9 +149,15 @@ async fn sigkill_of_the_leader_process_hands_over_on_its_sessions_announcement()
 
 /// Waits until an elector of `group` follows: it claimed, lost, and now idles outside any
 /// statement (listening for the leader's announcement) without the lock.
-async fn wait_until_follower_listens(client: &tokio_postgres::Client, group: &str) {
+/// Waits until a follower of `group` idles; returns the following sessions' pids as seen then
+/// (a second look could catch the follower mid-claim).
+async fn wait_until_follower_listens(client: &tokio_postgres::Client, group: &str) -> Vec<i32> {
     let start = Instant::now();
-    while following_sessions(client, group).await.is_empty() {
+    loop {
+        let pids = following_sessions(client, group).await;
+        if !pids.is_empty() {
+            return pids;
+        }
         assert!(start.elapsed() < Duration::from_secs(10), "no follower of {group} idles");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -408,8 +414,7 @@ async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announce
     // b's own tick is a minute away: only the leader's announcement can make it take over soon.
     let slow = LeaderOptions::default().with_refresh(Duration::from_secs(60)).with_lease(None);
     let b = LeaderElector::start(&db.url, "g", "b", slow).await.unwrap();
-    wait_until_follower_listens(&admin, "g").await;
-    let b_pid = following_sessions(&admin, "g").await[0];
+    let b_pid = wait_until_follower_listens(&admin, "g").await[0];
 
     // While it follows, b's session holds back no VACUUM (no xmin) and holds no lock at all.
     let row = admin
