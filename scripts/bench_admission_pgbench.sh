@@ -60,3 +60,50 @@ for c in "${cases[@]}"; do
   printf '| %s | %s | %s | %.0f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
     "$plain" "$spawn" "$(echo "$spawn / $plain" | bc -l)"
 done
+
+# Firing claims in the server: claim_firing then complete_firing (one transaction, as a
+# dispatcher's single firing does) beside a plain upsert then update of a table with the same
+# columns and keys; a new firing each time. Same rounds and medians.
+cluster_psql -d postgres -c "DROP TABLE IF EXISTS bench_plain_firings" -c \
+  "CREATE TABLE bench_plain_firings (LIKE rendezvous.firings INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
+cat >"$work/plain_firing.sql" <<'SQL'
+\set k random(1, 1000000000)
+BEGIN;
+INSERT INTO bench_plain_firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
+VALUES ('firing-t-' || CAST(:client_id AS text) || '-' || CAST(:k AS text), 't', now() - interval '1 s', 'h', 1, now(), now() + interval '5 min')
+ON CONFLICT (firing_key) DO UPDATE SET holder = excluded.holder, token = f.token + 1
+ WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+RETURNING true, f.holder, f.token, false, f.lease_until;
+UPDATE bench_plain_firings SET completed_at = now()
+ WHERE firing_key = 'firing-t-' || CAST(:client_id AS text) || '-' || CAST(:k AS text) AND token = 1;
+COMMIT;
+SQL
+cat >"$work/claim_firing.sql" <<'SQL'
+\set k random(1, 1000000000)
+BEGIN;
+SELECT claimed, token FROM rendezvous.claim_firing('t' || CAST(:client_id AS text), pg_catalog.to_timestamp(CAST(:k AS float8)), 'h', '5 min');
+SELECT rendezvous.complete_firing('t' || CAST(:client_id AS text), pg_catalog.to_timestamp(CAST(:k AS float8)), 1);
+COMMIT;
+SQL
+fcases=("prepared 1" "prepared 4")
+for c in "${fcases[@]}"; do : >"$work/f_$(echo "$c" | tr ' ' '_').plain"; : >"$work/f_$(echo "$c" | tr ' ' '_').claim"; done
+for round in $(seq "$rounds"); do
+  for c in "${fcases[@]}"; do
+    read -r protocol clients <<<"$c"
+    f=$work/f_$(echo "$c" | tr ' ' '_')
+    tps plain_firing "$protocol" "$clients" >>"$f.plain"
+    tps claim_firing "$protocol" "$clients" >>"$f.claim"
+  done
+done
+echo
+echo "Firing claims in the server: claim_firing + complete_firing beside a plain upsert + update (one"
+echo "transaction each, a new firing each time); median tps of $rounds rounds of ${seconds} s"
+echo
+echo "| protocol | clients | plain upsert + update tps | claim_firing + complete_firing tps | ours / plain |"
+echo "|---|---:|---:|---:|---:|"
+for c in "${fcases[@]}"; do
+  read -r protocol clients <<<"$c"
+  f=$work/f_$(echo "$c" | tr ' ' '_')
+  plain=$(median <"$f.plain"); claim=$(median <"$f.claim")
+  printf '| %s | %s | %.0f | %.0f | %.2f |\n' "$protocol" "$clients" "$plain" "$claim" "$(echo "$claim / $plain" | bc -l)"
+done
