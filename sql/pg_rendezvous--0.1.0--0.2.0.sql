@@ -866,13 +866,19 @@ COMMENT ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) IS
     'Admin: ends a firing''s live claim now (its holder''s token goes stale at once) so another host takes it over; released is false when nobody held it live. P0002 when there is no such firing.';
 
 -- Admin: ask a leader to step down.
-ALTER TABLE rendezvous.leaders ADD COLUMN step_down_epoch bigint, ADD COLUMN step_down_reason text,
-    ADD COLUMN confirmed_at timestamptz;
+ALTER TABLE rendezvous.leaders ADD COLUMN step_down_epoch bigint, ADD COLUMN step_down_reason text;
 COMMENT ON COLUMN rendezvous.leaders.step_down_epoch IS
     'The term an operator asked to end (request_step_down): its leader resigns at its next refresh.';
 
-COMMENT ON COLUMN rendezvous.leaders.confirmed_at IS
-    'When the leader last confirmed its term (try_lead by the holding session): a write, so a primary cut off from its synchronous standby cannot acknowledge it, and its leader stops confirming.';
+-- A holder's confirmations, apart from the leaders row: a write on every refresh, which a
+-- primary cut off from its synchronous standby cannot acknowledge. Its own table, so that the
+-- write never waits for the leader's own fenced writes (they hold the leaders row FOR SHARE).
+CREATE TABLE rendezvous.leader_confirmations (
+    group_name   text PRIMARY KEY,
+    confirmed_at timestamptz NOT NULL
+);
+COMMENT ON TABLE rendezvous.leader_confirmations IS
+    'When each group''s leader last confirmed its term (try_lead by the holding session).';
 
 CREATE FUNCTION rendezvous.request_step_down(group_name text, reason text DEFAULT NULL)
 RETURNS TABLE (requested boolean, leader text, epoch bigint)

@@ -380,7 +380,8 @@ fn resign(group_name: Option<&str>) -> bool {
     step_down_now(&group, &tag)
 }
 
-/// A holder's confirmation is a write that waits for synchronous replication like any commit
+/// A holder's confirmation is a write (in `leader_confirmations`, never the leaders row its
+/// own fenced writes hold FOR SHARE) that waits for synchronous replication like any commit
 /// (raised to `synchronous_commit = on` for this transaction if the session had it off or
 /// local): a primary cut off from its synchronous standby cannot acknowledge it, so the
 /// leader's refresh times out there and it stops confirming its term within its lease.
@@ -392,8 +393,9 @@ fn confirm_term(group: &str) {
     )
     .expect("raise synchronous_commit");
     Spi::run_with_args(
-        "UPDATE rendezvous.leaders SET confirmed_at = pg_catalog.clock_timestamp()
-          WHERE group_name = $1 AND pid = pg_catalog.pg_backend_pid()",
+        "INSERT INTO rendezvous.leader_confirmations AS c (group_name, confirmed_at)
+         VALUES ($1, pg_catalog.clock_timestamp())
+         ON CONFLICT (group_name) DO UPDATE SET confirmed_at = excluded.confirmed_at",
         &[group.into()],
     )
     .expect("confirm the term");

@@ -12,11 +12,8 @@ CREATE TABLE rendezvous.leaders (
     pid        integer,
     CONSTRAINT leaders_group_name_valid CHECK (group_name <> '' AND octet_length(group_name) <= rendezvous._max_id_bytes()),
     step_down_epoch  bigint,
-    step_down_reason text,
-    confirmed_at     timestamptz
+    step_down_reason text
 );
-COMMENT ON COLUMN rendezvous.leaders.confirmed_at IS
-    'When the leader last confirmed its term (try_lead by the holding session): a write, so a primary cut off from its synchronous standby cannot acknowledge it, and its leader stops confirming.';
 COMMENT ON COLUMN rendezvous.leaders.step_down_epoch IS
     'The term an operator asked to end (request_step_down): its leader resigns at its next refresh.';
 ALTER SEQUENCE rendezvous.leader_lock_ids OWNED BY rendezvous.leaders.lock_id;
@@ -153,3 +150,13 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.request_step_down(text, text) IS
     'Admin: asks the group''s current leader to step down; its elector resigns at its next refresh and logs the reason. requested is false when nobody leads. P0002 for an unknown group.';
+
+-- A holder's confirmations, apart from the leaders row: a write on every refresh, which a
+-- primary cut off from its synchronous standby cannot acknowledge. Its own table, so that the
+-- write never waits for the leader's own fenced writes (they hold the leaders row FOR SHARE).
+CREATE TABLE rendezvous.leader_confirmations (
+    group_name   text PRIMARY KEY,
+    confirmed_at timestamptz NOT NULL
+);
+COMMENT ON TABLE rendezvous.leader_confirmations IS
+    'When each group''s leader last confirmed its term (try_lead by the holding session).';

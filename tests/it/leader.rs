@@ -474,3 +474,25 @@ async fn a_leader_asked_to_step_down_resigns_at_its_next_refresh_and_a_follower_
     b.shutdown().await.unwrap();
     a.shutdown().await.unwrap();
 }
+
+/// A leader's own fenced write, held open longer than its lease, does not stop it confirming:
+/// the confirmation writes elsewhere than the row the fenced write holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_fenced_write_does_not_depose_its_own_leader() {
+    let db = TestDb::new("lead_long_write").await;
+    let a = start(&db.url, "long", "a").await;
+    wait_until("a leads", Duration::from_secs(5), || a.is_leader()).await;
+    let epoch = a.epoch().unwrap();
+    let mut writer = db.connect().await;
+    let tx = writer.transaction().await.unwrap();
+    assert_leader(&tx, "long", epoch).await.unwrap();
+    // Five leases (2 × refresh of 200 ms) with the leaders row held FOR SHARE.
+    let held = Instant::now();
+    while held.elapsed() < Duration::from_secs(2) {
+        assert!(a.is_leader(), "the leader stepped down behind its own fenced write: {:?}", a.leadership());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tx.commit().await.unwrap();
+    assert_eq!(a.epoch(), Some(epoch));
+    a.shutdown().await.unwrap();
+}
