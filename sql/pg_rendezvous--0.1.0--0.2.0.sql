@@ -265,7 +265,7 @@ BEGIN
     END IF;
     UPDATE rendezvous.firings f
        SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-     WHERE f.firing_key = fk AND f.token = complete_firing.token;
+     WHERE f.firing_key = fk AND f.token = complete_firing.token AND f.holder IS NOT NULL AND f.failed_at IS NULL;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -273,6 +273,8 @@ BEGIN
     RETURN true;
 END
 $$;
+COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
+    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
 
 -- complete_firings checks its arrays as complete_firing checks its arguments.
 CREATE OR REPLACE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
@@ -300,7 +302,7 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.token = x.tok
+             WHERE f.firing_key = x.fk AND f.token = x.tok AND f.holder IS NOT NULL AND f.failed_at IS NULL
             RETURNING f.firing_key
         )
         SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
@@ -309,6 +311,8 @@ BEGIN
          ORDER BY u.ord;
 END
 $$;
+COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
+    'complete_firing for many firings in one call; results in input order (ord).';
 
 -- Leader locks move to a lock space SQL cannot reach, keyed by this installation's leaders table.
 CREATE  FUNCTION rendezvous."_leader_lock_space"() RETURNS INT /* i32 */
@@ -455,7 +459,7 @@ BEGIN
             cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
     END IF;
     RETURN QUERY
-        SELECT u.i::integer, f.firing_key IS NOT NULL, f.completed_at IS NOT NULL,
+        SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
                greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
@@ -593,67 +597,6 @@ CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS 
 -- A task's history, newest last: the task status view reads it.
 CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
 
-CREATE OR REPLACE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
-RETURNS TABLE (ord integer, completed boolean)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF complete_firings.task_ids IS NULL OR complete_firings.fire_ats IS NULL OR complete_firings.tokens IS NULL THEN
-        RAISE EXCEPTION 'task_ids, fire_ats and tokens must not be NULL' USING ERRCODE = '22004';
-    ELSIF cardinality(complete_firings.task_ids) <> cardinality(complete_firings.fire_ats)
-       OR cardinality(complete_firings.task_ids) <> cardinality(complete_firings.tokens) THEN
-        RAISE EXCEPTION 'task_ids, fire_ats and tokens must have the same length (got %, % and %)',
-            cardinality(complete_firings.task_ids), cardinality(complete_firings.fire_ats),
-            cardinality(complete_firings.tokens) USING ERRCODE = '22023';
-    ELSIF array_position(complete_firings.tokens, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'tokens must not contain NULL (element %)', array_position(complete_firings.tokens, NULL)
-            USING ERRCODE = '22004';
-    END IF;
-    PERFORM rendezvous._durable_commit();
-    RETURN QUERY
-        WITH done AS (
-            UPDATE rendezvous.firings f
-               SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-              FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
-                      FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
-                     ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.token = x.tok AND f.holder IS NOT NULL AND f.failed_at IS NULL
-            RETURNING f.firing_key
-        )
-        SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
-          FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens)
-               WITH ORDINALITY AS u(t, f, tok, ord)
-         ORDER BY u.ord;
-END
-$$;
-COMMENT ON FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) IS
-    'complete_firing for many firings in one call; results in input order (ord).';
-
-CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
-BEGIN
-    IF complete_firing.token IS NULL THEN
-        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    UPDATE rendezvous.firings f
-       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-     WHERE f.firing_key = fk AND f.token = complete_firing.token AND f.holder IS NOT NULL AND f.failed_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM rendezvous._durable_commit();
-    RETURN true;
-END
-$$;
-COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
-    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
-
 CREATE OR REPLACE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '5 min')
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -747,36 +690,10 @@ $$;
 COMMENT ON FUNCTION rendezvous.purge_firings(interval) IS
     'Deletes firings completed (or failed for good) longer than older_than ago; a purged firing could be claimed again, so keep them longer than any host could still see it as due.';
 
-CREATE OR REPLACE FUNCTION rendezvous.firing_states(task_ids text[], fire_ats timestamptz[])
-RETURNS TABLE (ord integer, claimed boolean, completed boolean, lease_remaining interval)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF firing_states.task_ids IS NULL OR firing_states.fire_ats IS NULL THEN
-        RAISE EXCEPTION 'task_ids and fire_ats must not be NULL' USING ERRCODE = '22004';
-    ELSIF cardinality(firing_states.task_ids) <> cardinality(firing_states.fire_ats) THEN
-        RAISE EXCEPTION 'task_ids and fire_ats must have the same length (got % and %)',
-            cardinality(firing_states.task_ids), cardinality(firing_states.fire_ats) USING ERRCODE = '22023';
-    END IF;
-    RETURN QUERY
-        SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
-               greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
-          FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
-          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
-         ORDER BY u.i;
-END
-$$;
-COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
-    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease, or, never claimed, until fire_at (database clock). Claims nothing.';
-
 -- CREATE OR REPLACE resets SECURITY DEFINER: set it again, as privileges.sql does.
-ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.complete_firings(text[], timestamptz[], bigint[]) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.release_firing(text, timestamptz, bigint) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.firing_states(text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
 
 -- Schedules are evaluated by the extension (croner, jiff).

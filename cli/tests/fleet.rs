@@ -109,10 +109,9 @@ timeout 2.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@
 /// values mean what they mean to libpq, and the fleet passes over `verify-full`.
 #[test]
 fn over_tls_only_sslmodes_mean_what_libpq_says_and_the_fleet_passes() {
-    use rendezvous_cli::cluster::{Cluster, ClusterOptions};
+    use rendezvous_cli::cluster::Cluster;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
-    let cluster = rt.block_on(Cluster::start_with(&options)).unwrap();
+    let cluster = rt.block_on(Cluster::start()).unwrap();
 
     // A CA, and a server certificate it signs for the name "localhost" only.
     let ca_key = rcgen::KeyPair::generate().unwrap();

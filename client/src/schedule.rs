@@ -268,25 +268,28 @@ pub struct DueFiring {
 /// The firings claimable now by the database clock (after it made the ones that came due), and
 /// the database's clock reading.
 pub async fn due_firings(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFiring>, SystemTime)> {
-    let rows = client.query(sql::DUE_FIRINGS, &[&max]).await?;
-    let mut db_now = None;
-    let due = rows
-        .iter()
-        .map(|r| {
-            db_now = Some(r.get::<_, SystemTime>(6));
-            DueFiring {
-                firing: Firing::new(r.get::<_, String>(0), r.get(1)),
-                claimable_since: r.get(2),
-                attempts: r.get(3),
-                failures: r.get(4),
-                lease: Duration::from_secs_f64(r.get::<_, f64>(5).max(0.001)),
-            }
-        })
-        .collect();
+    let (due, db_now) = due_list(client, max).await?;
     let db_now = match db_now {
         Some(t) => t,
         None => client.query_one(sql::CLOCK, &[]).await?.get(0),
     };
+    Ok((due, db_now))
+}
+
+/// The due firings, and the database clock when there was at least one (a row carries it).
+async fn due_list(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFiring>, Option<SystemTime>)> {
+    let rows = client.query(sql::DUE_FIRINGS, &[&max]).await?;
+    let db_now = rows.first().map(|r| r.get::<_, SystemTime>(6));
+    let due = rows
+        .iter()
+        .map(|r| DueFiring {
+            firing: Firing::new(r.get::<_, String>(0), r.get(1)),
+            claimable_since: r.get(2),
+            attempts: r.get(3),
+            failures: r.get(4),
+            lease: Duration::from_secs_f64(r.get::<_, f64>(5).max(0.001)),
+        })
+        .collect();
     Ok((due, db_now))
 }
 
@@ -1002,6 +1005,16 @@ impl Offset {
         }
     }
 
+    /// The database clock now, as this host estimates it.
+    fn db_now(self) -> SystemTime {
+        let now = SystemTime::now();
+        if self.ahead {
+            now + self.by
+        } else {
+            now - self.by
+        }
+    }
+
     /// The local instant at which the database clock reads `db`.
     fn to_local(self, db: SystemTime) -> SystemTime {
         if self.ahead {
@@ -1122,23 +1135,15 @@ async fn tick(
     // next look comes soon), never missed until the next fire time.
     let local_before = SystemTime::now();
     let (next_db_now, next) = next_due_at(client).await?;
-    let next_offset = Offset::measure(next_db_now, local_before, SystemTime::now());
-    let local_before = SystemTime::now();
-    let (due, db_now) = due_firings(client, want).await?;
-    let offset = Offset::measure(db_now, local_before, SystemTime::now());
+    let offset = Offset::measure(next_db_now, local_before, SystemTime::now());
+    let (due, _) = due_list(client, want).await?;
     let now_local = || match &o.clock {
         Clock::Database => SystemTime::now(),
         Clock::Local(f) => f(),
     };
     // With Clock::Database, "now" by the database is the local clock shifted by the offset.
     let db_now_est = || match &o.clock {
-        Clock::Database => {
-            if offset.ahead {
-                SystemTime::now() + offset.by
-            } else {
-                SystemTime::now() - offset.by
-            }
-        }
+        Clock::Database => offset.db_now(),
         Clock::Local(f) => f(),
     };
     let running: HashSet<String> = shared.running.lock().expect("running lock").keys().cloned().collect();
@@ -1198,7 +1203,7 @@ async fn tick(
     // Sleep until the database says something becomes due next (by its clock), at most `poll`.
     if let Some(next) = next {
         let at_local = match &o.clock {
-            Clock::Database => next_offset.to_local(next),
+            Clock::Database => offset.to_local(next),
             // A host with its own clock believes the database's instant is its own.
             Clock::Local(_) => next,
         };

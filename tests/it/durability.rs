@@ -79,8 +79,7 @@ async fn acknowledged_epochs_tokens_and_completions_survive_a_crash_under_synchr
 /// one is above `(timeline - 1) << 32`. A standby refuses to hand any out before it is promoted.
 #[tokio::test(flavor = "multi_thread")]
 async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commits() {
-    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
-    let primary = Cluster::start_with(&options).await.unwrap();
+    let primary = Cluster::start().await.unwrap();
     let standby = primary.standby().unwrap();
     let p = rendezvous_tests::connect(&primary.url()).await;
     let s = rendezvous_tests::connect(&standby.url()).await;
@@ -165,8 +164,7 @@ async fn wait_until(client: &tokio_postgres::Client, query: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
     use rendezvous_client::{Job, Scheduler, SchedulerOptions, TaskSpec};
-    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
-    let primary = Cluster::start_with(&options).await.unwrap();
+    let primary = Cluster::start().await.unwrap();
     let standby = primary.standby().unwrap();
     let url = format!(
         "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write&connect_timeout=2",
@@ -221,8 +219,7 @@ async fn wait_until_for(client: &tokio_postgres::Client, query: &str, timeout: D
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_primary_lost_its_synchronous_standby_stops_confirming() {
     use rendezvous_client::{LeaderElector, LeaderOptions};
-    let options = ClusterOptions { settings: vec![("fsync".into(), "off".into())], extension: true };
-    let primary = Cluster::start_with(&options).await.unwrap();
+    let primary = Cluster::start().await.unwrap();
     let standby = primary.standby().unwrap();
     let p = rendezvous_tests::connect(&primary.url()).await;
     p.batch_execute("ALTER SYSTEM SET synchronous_standby_names = '*'").await.unwrap();
