@@ -352,7 +352,14 @@ impl Run {
             };
             match self.compete(&mut session).await {
                 Ok(true) => return Ok(()),
-                Ok(false) => {}
+                Ok(false) => {
+                    // A term just ended (asked to step down, lock or session lost): sit out one
+                    // refresh, so a follower, woken by the announcement, takes over first rather
+                    // than racing this elector back into the term it gave up.
+                    if self.pause(self.options.refresh).await {
+                        return Ok(());
+                    }
+                }
                 Err(e @ Error::PoolerDetected(_)) => {
                     self.follower(None, None, e.to_string());
                     return Err(e);
