@@ -3,7 +3,7 @@ use serde::Serialize;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::GenericClient;
 
-use crate::{signals, sql, Error, Result};
+use crate::{replication, signals, sql, Error, Result};
 
 /// How many times a serialization failure (40001) is retried before it is returned.
 pub const SERIALIZATION_RETRIES: usize = 5;
@@ -57,7 +57,13 @@ pub async fn spawn_run(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match client.query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key]).await {
+        let call = async {
+            client
+                .query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key])
+                .await
+                .map_err(Error::Db)
+        };
+        match replication::acknowledged("spawn_run", call).await {
             Ok(row) => {
                 let admission =
                     Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) };
@@ -67,7 +73,7 @@ pub async fn spawn_run(
                 tracing::debug!(tenant_id, dispatch_key, run_id = admission.run_id, result, "admitted");
                 return Ok(admission);
             }
-            Err(e)
+            Err(Error::Db(e))
                 if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
                     && attempt <= SERIALIZATION_RETRIES =>
             {
@@ -81,7 +87,8 @@ pub async fn spawn_run(
                     }
                 }
             }
-            Err(e) => return Err(Error::from_db(e)),
+            Err(Error::Db(e)) => return Err(Error::from_db(e)),
+            Err(e) => return Err(e),
         }
     }
 }

@@ -48,6 +48,11 @@ pub enum Error {
     /// the firing over, so its writes were not committed.
     #[error("claim lost: {0}")]
     ClaimLost(String),
+    /// The call's commit was acknowledged on the primary only: its wait for the synchronous
+    /// standby was cancelled, so a failover may lose it (see [`crate::replication`]). Retry
+    /// an idempotent call once replication is back; a claim or term so answered is not held.
+    #[error("not replicated: {0} committed on the primary but its wait for the synchronous standby was cancelled, so a failover may lose it")]
+    NotReplicated(&'static str),
     /// A background task panicked or was cancelled.
     #[error("background task failed: {0}")]
     TaskFailed(String),

@@ -17,7 +17,7 @@ use futures_util::future::join_all;
 use tokio_postgres::{Client, GenericClient};
 
 use crate::hrw::HostSet;
-use crate::{signals, sql, Database, Error, Result};
+use crate::{replication, signals, sql, Database, Error, Result};
 
 /// One due firing of a recurring task.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -147,9 +147,12 @@ pub async fn claim_firing(
     host_id: &str,
     lease: Duration,
 ) -> Result<FiringClaim> {
-    let row = client
-        .query_one(sql::CLAIM_FIRING, &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)])
-        .await?;
+    let call = async {
+        Ok(client
+            .query_one(sql::CLAIM_FIRING, &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)])
+            .await?)
+    };
+    let row = replication::acknowledged("claim_firing", call).await?;
     Ok(FiringClaim {
         claimed: row.get(0),
         holder: row.get(1),
@@ -170,7 +173,9 @@ pub async fn claim_firings(
 ) -> Result<Vec<Option<FiringClaim>>> {
     let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
-    let rows = client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?;
+    let call =
+        async { Ok(client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?) };
+    let rows = replication::acknowledged("claim_firings", call).await?;
     let mut out = vec![None; firings.len()];
     for r in rows {
         let ord: i32 = r.get(0);
@@ -191,14 +196,17 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
     let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
     let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
-    let rows = client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?;
+    let call = async { Ok(client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?) };
+    let rows = replication::acknowledged("complete_firings", call).await?;
     Ok(rows.iter().map(|r| r.get(1)).collect())
 }
 
 /// Marks the firing done; false when `token` is stale (another host took it over).
 pub async fn complete_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
-    let row = client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
-    Ok(row.get(0))
+    let call = async {
+        Ok(client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?)
+    };
+    Ok(replication::acknowledged("complete_firing", call).await?.get(0))
 }
 
 /// Extends a live claim's lease from now; `None` when the token is stale or the firing done.

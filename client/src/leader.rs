@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Notification};
 
-use crate::{signals, sql, Database, Error, Result};
+use crate::{replication, signals, sql, Database, Error, Result};
 
 /// One claim attempt's answer (`rendezvous.try_lead`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,8 @@ pub struct CurrentLeader {
 /// Claims leadership without waiting (idempotent for the holder's own session).
 #[tracing::instrument(level = "debug", skip_all, fields(group = group, candidate = candidate))]
 pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
-    let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
+    let call = async { Ok(client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?) };
+    let row = replication::acknowledged("try_lead", call).await?;
     Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
 }
 
@@ -444,14 +445,16 @@ impl Run {
 
     /// One `try_lead` on the dedicated session, checking it is still the same backend.
     async fn claim(&self, client: &Client, session_pid: i32) -> Result<LeaderClaim> {
-        let row =
+        let call = async {
             client.query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate]).await.map_err(|e| {
                 if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
                     Error::PoolerDetected(e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default())
                 } else {
                     Error::from_db(e)
                 }
-            })?;
+            })
+        };
+        let row = replication::acknowledged("try_lead", call).await?;
         let pid: i32 = row.get(3);
         if pid != session_pid {
             return Err(Error::PoolerDetected(format!(

@@ -19,6 +19,7 @@
 //! | recurring tasks on the database's clock | [`Scheduler`], and the rest of [`schedule`] |
 //! | exactly-once claims of firings you compute | [`Dispatcher`], and the rest of [`firing`] |
 //! | local HRW lookups | [`HostSet`] ([`hrw`]) |
+//! | acknowledgements a failover could lose | [`replication`], [`Error::NotReplicated`] |
 //!
 //! The crate root re-exports every public type and the main entry point of each module; the
 //! modules hold the remaining free functions (`membership::heartbeat`,
@@ -57,6 +58,7 @@ pub mod firing;
 pub mod hrw;
 pub mod leader;
 pub mod membership;
+pub mod replication;
 pub mod schedule;
 pub mod signals;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs
@@ -196,7 +198,9 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                     let _ = notification_tx.try_send(n);
                 }
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notice(notice)))) => {
-                    if notice.severity() == "WARNING" {
+                    if replication::observe_notice(&notice) {
+                        tracing::warn!(message = notice.message(), "commit not replicated");
+                    } else if notice.severity() == "WARNING" {
                         tracing::warn!(message = notice.message(), "server warning");
                     } else {
                         tracing::debug!(

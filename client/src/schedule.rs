@@ -43,7 +43,7 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 use crate::firing::{self, Clock, Firing};
 use crate::hrw::HostSet;
 use crate::membership::{self, DEFAULT_STALENESS};
-use crate::{signals, sql, Database, Error, Result};
+use crate::{replication, signals, sql, Database, Error, Result};
 
 /// What a task does with a firing whose previous one is still unfinished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -756,7 +756,8 @@ impl FencedTransaction<'_> {
                 self.firing.key()?
             )));
         }
-        self.tx.commit().await?;
+        let tx = self.tx;
+        replication::acknowledged("a fenced transaction's commit", async { Ok(tx.commit().await?) }).await?;
         self.completed.store(true, Ordering::SeqCst);
         Ok(())
     }

@@ -41,6 +41,9 @@ pub const FIRINGS_FAILED: &str = "rendezvous_firings_failed_total";
 pub const FIRING_START_LATENESS: &str = "rendezvous_firing_start_lateness_seconds";
 /// Time one batch claim took (histogram, seconds).
 pub const FIRING_CLAIM_DURATION: &str = "rendezvous_firing_claim_duration_seconds";
+/// Commits acknowledged with a cancelled synchronous-replication wait: committed on the
+/// primary only (counter; see [`crate::replication`]).
+pub const SYNC_WAITS_CANCELLED: &str = "rendezvous_sync_waits_cancelled_total";
 
 /// Records a duration in seconds on histogram `name`.
 pub(crate) fn seconds(name: &'static str, d: Duration) {

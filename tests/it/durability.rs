@@ -2,6 +2,8 @@
 //! epoch bump, a firing token and a completion, once acknowledged, are flushed before the
 //! acknowledgement (the extension forces those commits), so the next leader never gets an
 //! epoch already handed out and a completed firing never runs again.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rendezvous_cli::cluster::{Cluster, ClusterOptions};
@@ -248,4 +250,102 @@ async fn a_leader_whose_primary_lost_its_synchronous_standby_stops_confirming() 
     }
     assert!(lost.elapsed() < Duration::from_secs(2), "stepped down after {:?}", lost.elapsed());
     drop(elector);
+}
+
+/// A commit whose wait for the synchronous standby is cancelled is acknowledged by PostgreSQL
+/// with only a WARNING; every acknowledging call surfaces it as `Error::NotReplicated`. Here
+/// the named standby never connects, so every commit of a `synchronous_commit = on` session
+/// waits, and a watcher cancels each wait: as an operator or a failover tool would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledgement() {
+    use rendezvous_client::{firing, leader, Error, Firing, LeaderElector, LeaderOptions};
+    let settings =
+        [("fsync", "off"), ("synchronous_standby_names", "nobody"), ("synchronous_commit", "local")];
+    let options = ClusterOptions {
+        settings: settings.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        ..ClusterOptions::default()
+    };
+    let cluster = Cluster::start_with(&options).await.unwrap();
+    let admin = rendezvous_tests::connect(&cluster.url()).await;
+    let waiting = Arc::new(AtomicU64::new(0));
+    let watcher = {
+        let admin = rendezvous_tests::connect(&cluster.url()).await;
+        let waiting = waiting.clone();
+        tokio::spawn(async move {
+            loop {
+                let cancelled: i64 = admin
+                    .query_one(
+                        "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity
+                          WHERE wait_event = 'SyncRep'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                waiting.fetch_add(cancelled as u64, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let waiting_url = format!("{}?options=-c%20synchronous_commit%3Don", cluster.url());
+    let not_replicated = |r: &Error| matches!(r, Error::NotReplicated(_));
+
+    // Admission: refused, yet committed on the primary; the same key gets the same run back
+    // on a session that does not wait.
+    let client = rendezvous_client::connect(waiting_url.as_str()).await.unwrap();
+    let input = serde_json::json!({});
+    let e = rendezvous_client::spawn_run(&client, "t", "w", &input, Some("k")).await.unwrap_err();
+    assert!(not_replicated(&e), "spawn_run acknowledged: {e}");
+    let local = rendezvous_client::connect(cluster.url().as_str()).await.unwrap();
+    let run = rendezvous_client::spawn_run(&local, "t", "w", &input, Some("k")).await.unwrap();
+    assert!(!run.created, "the refused admission was not committed on the primary");
+
+    // Claims and completions.
+    let firing = Firing::new("task", SystemTime::now() - Duration::from_secs(1));
+    let lease = Duration::from_secs(30);
+    let e = firing::claim_firing(&client, &firing, "h", lease).await.unwrap_err();
+    assert!(not_replicated(&e), "claim_firing acknowledged: {e}");
+    let e = firing::claim_firings(&client, &[&firing], "h", lease).await.unwrap_err();
+    assert!(not_replicated(&e), "claim_firings acknowledged: {e}");
+    let token: i64 = admin
+        .query_one("SELECT token FROM rendezvous.status_firings WHERE task_id = 'task'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let e = firing::complete_firing(&client, &firing, token).await.unwrap_err();
+    assert!(not_replicated(&e), "complete_firing acknowledged: {e}");
+
+    // Terms: neither the stateless call nor an elector takes a term it could lose.
+    let e = leader::try_lead(&client, "g", "a").await.unwrap_err();
+    assert!(not_replicated(&e), "try_lead acknowledged: {e}");
+    let elector = LeaderElector::start(
+        waiting_url.as_str(),
+        "h",
+        "b",
+        LeaderOptions::default().with_refresh(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    let watched_since = std::time::Instant::now();
+    while watched_since.elapsed() < Duration::from_secs(2) {
+        assert!(!elector.is_leader(), "an elector led on an unreplicated term");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let epoch: i64 = admin.query_one("SELECT epoch FROM rendezvous.leader('h')", &[]).await.unwrap().get(0);
+    assert!(epoch >= 1, "the elector never tried");
+    drop(elector);
+
+    // The refused completion is committed on the primary all the same.
+    let completed: bool = admin
+        .query_one(
+            "SELECT completed_at IS NOT NULL FROM rendezvous.status_firings WHERE task_id = 'task'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(completed);
+    assert!(rendezvous_client::replication::cancelled_sync_waits() >= 6);
+    assert!(waiting.load(Ordering::SeqCst) >= 6);
+    watcher.abort();
 }
