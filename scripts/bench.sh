@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler ...]     (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|replication ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,12 +12,23 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler replication)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
-  for b in "${benches[@]}"; do cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"; done
+  # `replication` runs fleets on throwaway pairs of its own (scripts/bench_replication.sh).
+  local replication=false on_cluster=()
+  for b in "${benches[@]}"; do
+    if [ "$b" = replication ]; then replication=true; else on_cluster+=("$b"); fi
+  done
+  for b in "${on_cluster[@]}"; do cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"; done
   log "building the rendezvous command"
   cargo build --quiet -p rendezvous-cli
+  if $replication; then
+    cargo build --quiet --release -p rendezvous-cli
+    "$ROOT_DIR/scripts/bench_replication.sh"
+  fi
+  [ ${#on_cluster[@]} -gt 0 ] || return 0
+  benches=("${on_cluster[@]}")
   # The scheduler bench compares with pg_cron, which must be preloaded.
   local settings=()
   if [[ " ${benches[*]} " == *" scheduler "* ]]; then

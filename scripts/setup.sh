@@ -23,9 +23,10 @@ elif ! dpkg-query -W -f='${Status}' postgresql-server-dev-$PG_MAJOR 2>/dev/null 
   need+=("postgresql-server-dev-$PG_MAJOR=$server_version")
 fi
 # pgbouncer: pooler tests; plpgsql-check: the lint suite; cron: the scheduler benchmark's
-# baseline; chromium: the dashboard test (headless); fonts-dejavu-core: the fleet timeline's labels.
+# baseline; chromium: the dashboard test (headless); fonts-dejavu-core: the fleet timeline's labels;
+# pg_auto_failover (monitor extension and pg_autoctl): `rendezvous fleet --ha` and its test.
 for p in libclang-dev clang pkg-config libssl-dev build-essential sudo pgbouncer postgresql-$PG_MAJOR-plpgsql-check \
-         postgresql-$PG_MAJOR-cron chromium fonts-dejavu-core; do
+         postgresql-$PG_MAJOR-cron chromium fonts-dejavu-core postgresql-$PG_MAJOR-auto-failover pg-auto-failover-cli; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -203,6 +203,28 @@ mod tests {
         assert_eq!(o.period, 1);
         assert!(!o.chaos);
         assert_eq!(o.seed, 1);
+        assert_eq!(o.ha, None);
+    }
+
+    #[test]
+    fn ha_takes_an_optional_engine_and_not_a_database_url() {
+        use crate::ha::Engine;
+        for (args, engine) in [
+            (&["fleet", "--ha"][..], Engine::PgAutoFailover),
+            (&["fleet", "--ha", "--chaos"][..], Engine::PgAutoFailover),
+            (&["fleet", "--ha=promote"][..], Engine::Promote),
+            (&["fleet", "--ha", "promote-async"][..], Engine::PromoteAsync),
+        ] {
+            let Command::Fleet(o) = parse(args).unwrap() else { panic!() };
+            assert_eq!(o.ha, Some(engine), "{args:?}");
+        }
+        for (args, hint) in [
+            (&["fleet", "--ha", "--database-url", "postgresql://x@h/db"][..], "cannot be used with"),
+            (&["fleet", "--ha=patroni"][..], "pg-auto-failover"),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(hint), "{args:?}: {e}");
+        }
     }
 
     #[test]
@@ -291,8 +313,9 @@ mod tests {
             period: 5,
             end_ms: 1_700_000_060_000,
             skew_ms: -170_000,
+            ledger: Some("/tmp/fleet42/host-3.ledger".into()),
         };
-        for plan in [plan.clone(), HostPlan { skew_ms: 0, ..plan }] {
+        for plan in [plan.clone(), HostPlan { skew_ms: 0, ledger: None, ..plan }] {
             let args = plan.to_args();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let Command::Host(back) = parse(&args).unwrap() else { panic!() };

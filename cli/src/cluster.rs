@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 /// The `pg_config` used when `PG_CONFIG` is not set.
 pub const DEFAULT_PG_CONFIG: &str = "/usr/lib/postgresql/15/bin/pg_config";
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -334,7 +334,7 @@ impl Drop for Cluster {
 }
 
 /// A new, empty directory `rendezvous-cluster-<pid>-<random>` under the temp dir.
-fn make_temp_dir() -> Result<PathBuf, String> {
+pub(crate) fn make_temp_dir() -> Result<PathBuf, String> {
     let base = std::env::temp_dir();
     for _ in 0..100 {
         let dir =
@@ -354,7 +354,7 @@ fn conf_quote(s: &str) -> String {
 }
 
 /// The last lines of a log file, for an error message.
-fn tail(file: &Path) -> String {
+pub(crate) fn tail(file: &Path) -> String {
     match std::fs::read_to_string(file) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();

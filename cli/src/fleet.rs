@@ -7,6 +7,7 @@ use rand::{Rng, SeedableRng};
 use tokio::process::{Child, Command};
 use tokio_postgres::Client;
 
+use crate::ha::{Failover, Ha};
 use crate::host::HostPlan;
 
 /// Fleet settings: the flags of `rendezvous fleet`.
@@ -35,6 +36,12 @@ pub struct FleetOptions {
     /// Seed for the chaos (the same seed picks the same acts)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Run on a throwaway highly available pair (a primary with a synchronous standby) and
+    /// kill the primary midway: ENGINE `pg-auto-failover` (the default: a pg_auto_failover
+    /// monitor and two nodes) or `promote` (two plain clusters; the controller promotes the
+    /// standby). The report adds how long the failover took and what it lost
+    #[arg(long, value_enum, value_name = "ENGINE", num_args = 0..=1, default_missing_value = "pg-auto-failover", conflicts_with = "url")]
+    pub ha: Option<crate::ha::Engine>,
     /// Where to write the timeline picture (SVG); default: the temp directory
     #[arg(long, value_name = "PATH")]
     pub timeline: Option<std::path::PathBuf>,
@@ -135,9 +142,13 @@ pub struct Report {
     pub deduplicated: i64,
     /// Firing keys with more than one run.
     pub keys_with_two_runs: i64,
-    /// Leader epochs that saw leader actions from two hosts.
+    /// Leader epochs that saw leader actions from two hosts, or that two hosts' ledgers say
+    /// they led in.
     pub split_brain_epochs: i64,
-    /// Leadership terms during the run.
+    /// What the database acknowledged to a host (the hosts' ledgers, kept outside it) and no
+    /// longer has: lost in a failover.
+    pub lost_after_failover: crate::ledger::Lost,
+    /// Leadership terms won during the run (distinct epochs in the hosts' ledgers).
     pub leader_terms: i64,
     /// Failover latencies measured after killing the leader.
     pub failovers: Vec<Duration>,
@@ -147,6 +158,8 @@ pub struct Report {
     pub chaos_acts: Vec<(SystemTime, &'static str, String)>,
     /// Where the timeline picture was written, or why it was not.
     pub timeline: Result<std::path::PathBuf, String>,
+    /// With `--ha`: the engine, and how long its failover took (or why it did not happen).
+    pub database_failover: Option<(&'static str, Result<Failover, String>)>,
 }
 
 impl Default for Report {
@@ -165,11 +178,13 @@ impl Default for Report {
             deduplicated: 0,
             keys_with_two_runs: 0,
             split_brain_epochs: 0,
+            lost_after_failover: crate::ledger::Lost::default(),
             leader_terms: 0,
             failovers: Vec::new(),
             chaos: BTreeMap::new(),
             chaos_acts: Vec::new(),
             timeline: Err("not drawn".into()),
+            database_failover: None,
         }
     }
 }
@@ -182,9 +197,14 @@ impl Report {
             && self.failed == 0
             && self.keys_with_two_runs == 0
             && self.split_brain_epochs == 0
+            && self.lost_after_failover.total() == 0
             && self.completed == self.due
             && self.runs == self.due
             && self.started_early == 0
+            && self
+                .database_failover
+                .as_ref()
+                .is_none_or(|(_, f)| f.as_ref().is_ok_and(|f| f.read_write.is_some() && f.leader.is_some()))
     }
 }
 
@@ -206,9 +226,18 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
     }
     let _cluster;
-    let url = match &o.url {
-        Some(u) => u.clone(),
-        None => {
+    let mut ha = None;
+    let url = match (&o.url, o.ha) {
+        (Some(u), _) => u.clone(),
+        (None, Some(engine)) => {
+            println!("starting a throwaway {} pair: a primary and a synchronous standby…", engine.name());
+            let pair = Ha::start(engine).await?;
+            let url = pair.url();
+            println!("  database: {url}");
+            ha = Some(pair);
+            url
+        }
+        (None, None) => {
             println!("starting a throwaway PostgreSQL (temp dir, own port)…");
             _cluster = crate::cluster::Cluster::start().await?;
             println!(
@@ -223,6 +252,9 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     rendezvous_client::check_extension(&admin).await.map_err(|e| e.to_string())?;
     admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())?;
     let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);
+    // Each host's ledger of what the database acknowledged to it, outside the database.
+    let ledgers = std::env::temp_dir().join(format!("rendezvous-{tag}-ledgers"));
+    std::fs::create_dir_all(&ledgers).map_err(|e| format!("{}: {e}", ledgers.display()))?;
     let end = SystemTime::now() + Duration::from_secs(2) + o.duration;
     let base = HostPlan {
         url: url.clone(),
@@ -232,6 +264,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         period: o.period,
         end_ms: unix_ms(end),
         skew_ms: 0,
+        ledger: None,
     };
     // The tasks, scheduled in the database (the hosts register the same specs again, which
     // changes nothing); what is due is what the database's schedules say up to the end.
@@ -261,7 +294,11 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     );
     let mut hosts: Vec<Host> = (0..o.hosts)
         .map(|i| Host {
-            plan: HostPlan { host_id: format!("host-{i}"), ..base.clone() },
+            plan: HostPlan {
+                host_id: format!("host-{i}"),
+                ledger: Some(crate::ledger::path(&ledgers, &format!("host-{i}"))),
+                ..base.clone()
+            },
             child: None,
             stopped: false,
             started: Instant::now(),
@@ -278,6 +315,9 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     let mut next_progress = Instant::now();
     let group = base.group();
     let deadline = end + Duration::from_secs(45);
+    // With --ha, the primary dies halfway through the firings.
+    let fail_at = end - o.duration / 2;
+    let mut failover_watch = None;
     loop {
         if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
             for h in &mut hosts {
@@ -339,6 +379,29 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
             reconnected(&mut admin, &url).await;
             progress(&admin, &tag, &group, &hosts, due, end, &report).await;
         }
+        if let Some(pair) = ha.as_mut().filter(|_| failover_watch.is_none() && SystemTime::now() >= fail_at) {
+            println!("  killing the primary ({})", pair.engine().name());
+            let killed = Instant::now();
+            report.chaos_acts.push((SystemTime::now(), "primary killed", crate::timeline::DATABASE.into()));
+            *report.chaos.entry("primary killed").or_default() += 1;
+            let watch = match pair.kill_primary().await {
+                Ok(()) => {
+                    let watch = crate::ha::watch_failover(
+                        url.clone(),
+                        group.clone(),
+                        killed,
+                        Duration::from_secs(60),
+                    );
+                    let watch = tokio::spawn(watch);
+                    match pair.take_over() {
+                        Ok(()) => Ok(watch),
+                        Err(e) => Err(format!("promotion failed: {e}")),
+                    }
+                }
+                Err(e) => Err(format!("could not kill the primary: {e}")),
+            };
+            failover_watch = Some(watch);
+        }
         if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
             next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
             reconnected(&mut admin, &url).await;
@@ -348,12 +411,29 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    if let Some(pair) = &ha {
+        let watched = match failover_watch {
+            Some(Ok(watch)) => watch.await.map_err(|e| format!("failover watch: {e}")),
+            Some(Err(e)) => Err(e),
+            None => Err("the run ended before the primary was killed".into()),
+        };
+        report.database_failover = Some((pair.engine().name(), watched));
+    }
     reconnected(&mut admin, &url).await;
     // The fleet's tasks go with it (their pending firings too); the history stays.
     for spec in base.task_specs() {
         let _ = rendezvous_client::schedule::unschedule_task(&admin, &spec.task_id).await;
     }
-    finish(&admin, &tag, &group, end, &mut report).await?;
+    finish(&admin, &tag, end, &mut report).await?;
+    let acknowledged = crate::ledger::read(&ledgers)?;
+    report.lost_after_failover = crate::ledger::lost(&admin, &acknowledged, &group).await?;
+    report.split_brain_epochs = report.split_brain_epochs.max(crate::ledger::epochs_led_twice(&acknowledged));
+    // Terms the hosts saw themselves win (epochs jump to (timeline - 1) << 32 at a promotion,
+    // so the highest epoch does not count them).
+    report.leader_terms =
+        acknowledged.terms.iter().map(|(_, epoch)| epoch).collect::<std::collections::BTreeSet<_>>().len()
+            as i64;
+    let _ = std::fs::remove_dir_all(&ledgers);
     let path = o
         .timeline
         .clone()
@@ -515,13 +595,7 @@ async fn timeline_data(
     Ok(crate::timeline::Timeline { start, hosts, runs, terms, chaos: report.chaos_acts.clone() })
 }
 
-async fn finish(
-    admin: &Client,
-    tag: &str,
-    group: &str,
-    end: SystemTime,
-    r: &mut Report,
-) -> Result<(), String> {
+async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
     // Only the fleet's window counts: firings due up to the end (a host may have started one
     // due after it before stopping). $1 is the tag, $2 the end, $3 the fleet's task ids.
     let like = format!("{tag}-task-%");
@@ -593,14 +667,6 @@ async fn finish(
     if let (Some(p50), Some(p99)) = (lateness.get::<_, Option<f64>>(0), lateness.get::<_, Option<f64>>(1)) {
         r.lateness = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
     }
-    r.leader_terms = admin
-        .query_one(
-            "SELECT coalesce(max(epoch), 0) FROM rendezvous.status_leaders WHERE group_name = $1",
-            &[&group],
-        )
-        .await
-        .map(|row| row.get::<_, i64>(0))
-        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
@@ -640,6 +706,16 @@ pub fn print_report(r: &Report) {
         r.runs, r.keys_with_two_runs
     );
     println!("runs deduplicated        {}   (spawn_run returned the existing run)", r.deduplicated);
+    let l = &r.lost_after_failover;
+    println!(
+        "lost after failover      {}   (of {} acknowledged to hosts, missing from the database: runs {}, completions {}, terms {}, fenced writes {})",
+        l.total(),
+        l.checked,
+        l.runs,
+        l.completions,
+        l.terms,
+        l.actions
+    );
     println!(
         "leader terms             {}   (epochs with two leaders acting: {})",
         r.leader_terms, r.split_brain_epochs
@@ -655,6 +731,20 @@ pub fn print_report(r: &Report) {
     if !r.chaos.is_empty() {
         let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
         println!("chaos                    {}", c.join(", "));
+    }
+    match &r.database_failover {
+        Some((engine, Ok(f))) => {
+            let ms = |d: Option<Duration>| {
+                d.map_or_else(|| "never (60 s)".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+            };
+            println!(
+                "database failover        {engine}: primary killed → read-write after {} → a leader on the new primary after {}",
+                ms(f.read_write),
+                ms(f.leader)
+            );
+        }
+        Some((engine, Err(why))) => println!("database failover        {engine}: {why}"),
+        None => {}
     }
     match &r.timeline {
         Ok(path) => println!(

@@ -6,11 +6,14 @@
 //! one run through `spawn_run` with the firing key as `dispatch_key`, then writes its effect and
 //! completes the firing in one fenced transaction. Some firings fail their first attempt on
 //! purpose, to show retries.
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::ledger::Ledger;
 use rendezvous_client::firing::Clock;
 use rendezvous_client::leader::assert_leader;
+use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::{
     spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, Scheduler, SchedulerOptions, TaskSpec,
 };
@@ -41,12 +44,15 @@ pub struct HostPlan {
     /// This host's clock skew in ms (chaos), 0 for none
     #[arg(long, value_name = "MS", default_value_t = 0, allow_negative_numbers = true)]
     pub skew_ms: i64,
+    /// Append what the database acknowledged to this file (see `ledger`)
+    #[arg(long, value_name = "PATH")]
+    pub ledger: Option<PathBuf>,
 }
 
 impl HostPlan {
     /// The command-line arguments (`host` and its flags) that carry this plan.
     pub fn to_args(&self) -> Vec<String> {
-        vec![
+        let mut args = vec![
             "host".into(),
             "--database-url".into(),
             self.url.clone(),
@@ -62,7 +68,11 @@ impl HostPlan {
             self.end_ms.to_string(),
             // One argument: a negative skew must not look like a flag.
             format!("--skew-ms={}", self.skew_ms),
-        ]
+        ];
+        if let Some(ledger) = &self.ledger {
+            args.extend(["--ledger".into(), ledger.display().to_string()]);
+        }
+        args
     }
 
     /// The fleet's tasks: task i fires every `period` seconds, at second `i mod period` of each
@@ -119,7 +129,8 @@ fn fails_first_attempt(key: &str) -> bool {
 
 /// A firing's work: record the start, admit its run (a redelivered request too, for some), a
 /// short "agent loop", then the effect, the run's state and the completion in one transaction.
-async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Error> {
+/// What the database acknowledges goes into the ledger.
+async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
     let key = job.key().to_owned();
     let (token, host, fire_at) = (job.token(), job.host_id().to_owned(), job.firing().fire_at);
     let task_id = job.firing().task_id.clone();
@@ -138,6 +149,7 @@ async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Erro
     // The run this firing starts, admitted by its key: a re-execution gets the same run back.
     let input = serde_json::json!({ "task": task_id, "token": token });
     let admission = spawn_run(job.client().await?, &tag, &task_id, &input, Some(&key)).await?;
+    ledger.record(format_args!("run {key} {}", admission.run_id));
     let mut admissions = vec![admission];
     if key.bytes().map(u64::from).sum::<u64>() % 4 == 0 {
         // A redelivered spawn request (at-least-once transport): same key, same run.
@@ -166,7 +178,9 @@ async fn work(mut job: Job, tag: Arc<str>) -> Result<(), rendezvous_client::Erro
     )
     .await?;
     rendezvous_client::admission::set_run_state(&*tx, admission.run_id, "succeeded").await?;
-    tx.complete().await
+    tx.complete().await?;
+    ledger.record(format_args!("completed {key} {token}"));
+    Ok(())
 }
 
 /// Runs one host until every firing up to the plan's end is completed, then stops promptly.
@@ -189,22 +203,30 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         .with_max_backoff(Duration::from_secs(1))
         .with_clock(skewed_clock(plan.skew_ms));
     let tag: Arc<str> = plan.tag.clone().into();
+    let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);
     let mut builder = Scheduler::builder(&plan.url, &plan.host_id).options(options);
     for spec in plan.task_specs() {
-        let tag = tag.clone();
-        builder = builder.task(spec, move |job| work(job, tag.clone()));
+        let (tag, ledger) = (tag.clone(), ledger.clone());
+        builder = builder.task(spec, move |job| work(job, tag.clone(), ledger.clone()));
     }
     let scheduler = builder.start().await.map_err(e)?;
 
     let mut writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
     let expected = plan.tasks; // at least one firing per task before the end, checked below
+    let mut term = None;
     loop {
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
+            if term != Some(epoch) {
+                term = Some(epoch);
+                ledger.record(format_args!("term {epoch}"));
+            }
             if writer.is_closed() {
                 writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
             }
-            leader_action(&mut writer, &plan, epoch).await;
+            if leader_action(&mut writer, &plan, epoch).await {
+                ledger.record(format_args!("action {epoch}"));
+            }
         }
         if SystemTime::now() >= plan.end() && (all_done(&writer, &plan, expected).await || late(&plan)) {
             break;
@@ -222,11 +244,13 @@ fn late(plan: &HostPlan) -> bool {
 }
 
 /// The leader-only surface (an autonomous heartbeat prompt, say), fenced by the epoch:
-/// a deposed leader's action is refused and written nowhere.
-async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epoch: i64) {
-    let Ok(tx) = client.transaction().await else { return };
+/// a deposed leader's action is refused and written nowhere. True when it was committed and
+/// replicated as the server's settings ask (a commit of our own: the cancelled-wait count is
+/// checked around it).
+async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epoch: i64) -> bool {
+    let Ok(tx) = client.transaction().await else { return false };
     if assert_leader(&tx, &plan.group(), epoch).await.is_err() {
-        return;
+        return false;
     }
     let inserted = tx
         .execute(
@@ -234,9 +258,8 @@ async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epo
             &[&plan.tag, &epoch, &plan.host_id],
         )
         .await;
-    if inserted.is_ok() {
-        let _ = tx.commit().await;
-    }
+    let before = cancelled_sync_waits();
+    inserted.is_ok() && tx.commit().await.is_ok() && cancelled_sync_waits() == before
 }
 
 /// Every firing of the fleet's tasks due up to the end is completed (nothing pending,

@@ -5,6 +5,8 @@ pub mod cli;
 pub mod cluster;
 pub mod dashboard;
 pub mod fleet;
+pub mod ha;
 pub mod host;
+pub mod ledger;
 pub mod status;
 pub mod timeline;

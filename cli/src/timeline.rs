@@ -6,6 +6,9 @@ use std::time::SystemTime;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
+/// The "host" of a chaos act on the database itself.
+pub const DATABASE: &str = "database";
+
 /// What happened, on the database clock (chaos acts on the controller's, which is the same
 /// machine's).
 #[derive(Debug, Default)]
@@ -19,7 +22,7 @@ pub struct Timeline {
     pub runs: Vec<(String, SystemTime, Option<SystemTime>, bool)>,
     /// A leader term's span as its actions show it: host, epoch, first and last action.
     pub terms: Vec<(String, i64, SystemTime, SystemTime)>,
-    /// A chaos act: when, what, on which host.
+    /// A chaos act: when, what, on which host (or [`DATABASE`]).
     pub chaos: Vec<(SystemTime, &'static str, String)>,
 }
 
@@ -132,13 +135,15 @@ pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
         }))
         .map_err(|x| e(&x))?;
     for (at, what, host) in &t.chaos {
-        let Some(lane) = lane_of(host) else { continue };
+        // An act on the database (the primary killed) crosses every lane, labelled on the top one.
+        let (from, to, lane) = match lane_of(host) {
+            Some(lane) => (lane + 0.02, lane + 0.98, lane),
+            None if host == DATABASE => (0.02, lanes as f64 - 0.02, lanes as f64 - 1.0),
+            None => continue,
+        };
         let x = secs(*at, start);
         chart
-            .draw_series(std::iter::once(PathElement::new(
-                vec![(x, lane + 0.02), (x, lane + 0.98)],
-                RED.stroke_width(2),
-            )))
+            .draw_series(std::iter::once(PathElement::new(vec![(x, from), (x, to)], RED.stroke_width(2))))
             .map_err(|x| e(&x))?;
         chart
             .draw_series(std::iter::once(Text::new(

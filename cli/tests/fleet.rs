@@ -353,3 +353,39 @@ fn the_dashboard_shows_the_fleet_in_headless_chromium() {
     let out = chromium(&["--window-size=1400,1000", &format!("--screenshot={}", shot.display())]);
     assert!(shot.exists(), "no screenshot: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The fleet across a real failover. On a pg_auto_failover pair (synchronous) whose primary's
+/// PostgreSQL and keeper are killed midway: PASS, nothing the database acknowledged to a host
+/// missing afterwards (the hosts' own ledgers, checked against the new primary), the failover
+/// measured. On an asynchronous pair whose standby is a second behind: what it lost is reported
+/// (FAIL), and still no epoch goes to two leaders (the timeline floor).
+#[test]
+fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_lost() {
+    let fleet = |engine: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+            .args(["fleet", "--hosts", "3", "--duration", "14", "--tasks", "6", "--ha", engine])
+            .output()
+            .expect("run rendezvous fleet --ha");
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), format!("{report}\n{stderr}"))
+    };
+    let (code, report) = fleet("pg-auto-failover");
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("verdict                  PASS"), "{report}");
+    assert_eq!(figure(&report, "lost after failover"), 0, "{report}");
+    let checked = report.split("lost after failover").nth(1).and_then(|r| r.split("(of ").nth(1));
+    let checked: i64 = checked.and_then(|c| c.split_whitespace().next()).unwrap().parse().unwrap();
+    assert!(checked > 50, "the ledgers hold what the hosts were told: {report}");
+    let line =
+        report.lines().find(|l| l.starts_with("database failover")).unwrap_or_else(|| panic!("{report}"));
+    assert!(line.contains("pg_auto_failover: primary killed → read-write after"), "{line}");
+    assert!(!line.contains("never"), "{line}");
+    assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
+
+    let (code, report) = fleet("promote-async");
+    assert_eq!(code, Some(1), "an asynchronous failover that lost work must fail: {report}");
+    assert!(figure(&report, "lost after failover") > 0, "{report}");
+    assert!(report.contains("(epochs with two leaders acting: 0)"), "{report}");
+    assert_eq!(figure(&report, "executed twice"), 0, "{report}");
+}

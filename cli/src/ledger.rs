@@ -1,0 +1,211 @@
+//! The fleet's own record of what the database acknowledged to its hosts, kept outside the
+//! database: after a failover the surviving database cannot be trusted to say what it lost.
+//!
+//! Each host process appends one line per acknowledgement to its own file (a single
+//! `write` on a file opened for appending, so a SIGKILL leaves whole lines), and the
+//! controller reads every file at the end and looks each line up in the database:
+//!
+//! | line | written after | must still be in the database |
+//! |---|---|---|
+//! | `run <key> <run_id>` | `spawn_run` returned the run | the run, with that dispatch key |
+//! | `completed <key> <token>` | a fenced transaction's commit (effect + completion) | the firing completed, the effect with that token |
+//! | `term <epoch>` | the elector first saw itself leading in that epoch | the group's epoch at least that |
+//! | `action <epoch>` | a fenced leader action committed | the action, by this host in that epoch |
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use tokio_postgres::Client;
+
+/// One host's ledger file; appends whole lines.
+#[derive(Debug)]
+pub struct Ledger {
+    file: Option<std::fs::File>,
+}
+
+impl Ledger {
+    /// Opens `path` for appending; `None` keeps no ledger.
+    pub fn open(path: Option<&Path>) -> Result<Ledger, String> {
+        let file = match path {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(|e| format!("ledger {}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        Ok(Ledger { file })
+    }
+
+    /// Records one acknowledgement (one `write`, so a killed host leaves whole lines).
+    pub fn record(&self, line: std::fmt::Arguments<'_>) {
+        if let Some(mut f) = self.file.as_ref() {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+}
+
+/// What the hosts' ledgers hold.
+#[derive(Debug, Default)]
+pub struct Acknowledged {
+    /// `(dispatch key, run id)` of every admission.
+    pub runs: Vec<(String, i64)>,
+    /// `(firing key, token)` of every completion.
+    pub completions: Vec<(String, i64)>,
+    /// `(host, epoch)` of every term won.
+    pub terms: Vec<(String, i64)>,
+    /// `(host, epoch)` of every fenced leader action.
+    pub actions: Vec<(String, i64)>,
+}
+
+/// Acknowledgements the database no longer has.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Lost {
+    /// Admitted runs missing (or with another key).
+    pub runs: i64,
+    /// Completions missing: the firing not completed, or its effect gone.
+    pub completions: i64,
+    /// Terms whose epoch the group no longer reaches (it would be handed out again).
+    pub terms: i64,
+    /// Fenced leader actions missing.
+    pub actions: i64,
+    /// Acknowledgements looked up.
+    pub checked: i64,
+}
+
+impl Lost {
+    /// All of them.
+    pub fn total(&self) -> i64 {
+        self.runs + self.completions + self.terms + self.actions
+    }
+}
+
+/// The file host `host_id` writes in `dir`.
+pub fn path(dir: &Path, host_id: &str) -> PathBuf {
+    dir.join(format!("{host_id}.ledger"))
+}
+
+/// Reads every `*.ledger` file in `dir` (the host is the file's name).
+pub fn read(dir: &Path) -> Result<Acknowledged, String> {
+    let mut all = Acknowledged::default();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("ledger {}: {e}", dir.display()))?;
+    for entry in entries {
+        let p = entry.map_err(|e| e.to_string())?.path();
+        let Some(host) = p.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".ledger"))
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        for line in text.lines() {
+            let mut words = line.split(' ');
+            let (kind, a, b) = (words.next(), words.next(), words.next());
+            let number = |s: Option<&str>| s.and_then(|s| s.parse::<i64>().ok());
+            match (kind, a, b) {
+                (Some("run"), Some(key), id) if number(id).is_some() => {
+                    all.runs.push((key.to_owned(), number(id).unwrap()))
+                }
+                (Some("completed"), Some(key), t) if number(t).is_some() => {
+                    all.completions.push((key.to_owned(), number(t).unwrap()))
+                }
+                (Some("term"), e, None) if number(e).is_some() => {
+                    all.terms.push((host.to_owned(), number(e).unwrap()))
+                }
+                (Some("action"), e, None) if number(e).is_some() => {
+                    all.actions.push((host.to_owned(), number(e).unwrap()))
+                }
+                _ => return Err(format!("{}: unreadable line {line:?}", p.display())),
+            }
+        }
+    }
+    Ok(all)
+}
+
+/// Epochs two hosts' ledgers both say they led in.
+pub fn epochs_led_twice(acked: &Acknowledged) -> i64 {
+    let mut by_epoch = std::collections::BTreeMap::<i64, std::collections::BTreeSet<&str>>::new();
+    for (host, epoch) in &acked.terms {
+        by_epoch.entry(*epoch).or_default().insert(host);
+    }
+    by_epoch.values().filter(|hosts| hosts.len() > 1).count() as i64
+}
+
+/// Looks every acknowledgement up in the database (`group` is the fleet's leader group).
+pub async fn lost(admin: &Client, acked: &Acknowledged, group: &str) -> Result<Lost, String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    let (keys, ids): (Vec<&str>, Vec<i64>) = acked.runs.iter().map(|(k, i)| (k.as_str(), *i)).unzip();
+    let runs: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, run_id)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
+                                 WHERE r.run_id = l.run_id AND r.dispatch_key = l.key)",
+            &[&keys, &ids],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
+    let (keys, tokens): (Vec<&str>, Vec<i64>) =
+        acked.completions.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
+    let completions: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, token)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
+                                 WHERE f.firing_key = l.key AND f.completed_at IS NOT NULL)
+                 OR NOT EXISTS (SELECT 1 FROM fleet_effects e WHERE e.firing_key = l.key AND e.token = l.token)",
+            &[&keys, &tokens],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
+    let epochs: Vec<i64> = acked.terms.iter().map(|(_, epoch)| *epoch).collect();
+    let terms: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::int8[]) AS l(epoch)
+              WHERE l.epoch > (SELECT coalesce(max(epoch), 0) FROM rendezvous.status_leaders WHERE group_name = $2)",
+            &[&epochs, &group],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
+    let (hosts, epochs): (Vec<&str>, Vec<i64>) =
+        acked.actions.iter().map(|(h, ep)| (h.as_str(), *ep)).unzip();
+    let actions: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(host_id, epoch)
+              WHERE NOT EXISTS (SELECT 1 FROM fleet_leader_actions a
+                                 WHERE a.host_id = l.host_id AND a.epoch = l.epoch)",
+            &[&hosts, &epochs],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
+    let checked =
+        (acked.runs.len() + acked.completions.len() + acked.terms.len() + acked.actions.len()) as i64;
+    Ok(Lost { runs, completions, terms, actions, checked })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_written_are_lines_read() {
+        let dir = std::env::temp_dir().join(format!("rendezvous-ledger-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for host in ["host-0", "host-1"] {
+            let l = Ledger::open(Some(&path(&dir, host))).unwrap();
+            l.record(format_args!("run {host}-k 7"));
+            l.record(format_args!("completed {host}-k {}", 1i64 << 33));
+            l.record(format_args!("term 3"));
+            l.record(format_args!("action 3"));
+        }
+        let acked = read(&dir).unwrap();
+        assert_eq!(acked.runs.len(), 2);
+        assert!(acked.completions.contains(&("host-1-k".into(), 1 << 33)));
+        assert_eq!(acked.actions.len(), 2);
+        assert_eq!(epochs_led_twice(&acked), 1);
+        std::fs::write(path(&dir, "host-2"), "run only-a-key\n").unwrap();
+        assert!(read(&dir).unwrap_err().contains("unreadable line"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
