@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds pg_rendezvous and installs it into the system PostgreSQL:
+# Builds pg_rendezvous and installs it into a PostgreSQL (15 to 18; Debian's 15 unless
+# PG_CONFIG names another's pg_config):
 #   scripts/install.sh [--release]        (default: the dev build)
+#   PG_CONFIG=/usr/lib/postgresql/17/bin/pg_config scripts/install.sh --release
 # Every file is written beside its destination under a temporary name and renamed into place,
 # so a running server that has the old pg_rendezvous.so loaded keeps its (unlinked) copy:
 # overwriting a loaded shared library in place, as `cp` does, crashes its backends (SIGBUS).
@@ -18,7 +20,7 @@ case "${1:-}" in
 esac
 
 log "building pg_rendezvous ($profile) for PostgreSQL $PG_MAJOR"
-out=$ROOT_DIR/target/package-$profile
+out=$ROOT_DIR/target/package-$profile-pg$PG_MAJOR
 (cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null)
 
 libdir=$("$PG_CONFIG" --pkglibdir)

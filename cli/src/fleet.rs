@@ -64,7 +64,8 @@ ALTER TABLE fleet_starts ADD COLUMN IF NOT EXISTS fire_at timestamptz;
 CREATE TABLE IF NOT EXISTS fleet_effects (tag text, firing_key text, token bigint, host_id text, run_id bigint, at timestamptz DEFAULT clock_timestamp());
 ALTER TABLE fleet_effects ADD COLUMN IF NOT EXISTS fire_at timestamptz;
 CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id bigint, created boolean);
-CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());";
+CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
 
 struct Host {
     plan: HostPlan,

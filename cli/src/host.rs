@@ -224,8 +224,10 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             if writer.is_closed() {
                 writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
             }
-            if leader_action(&mut writer, &plan, epoch).await {
-                ledger.record(format_args!("action {epoch}"));
+            // Each action's own id (microseconds since the epoch: unique for one host).
+            let action_id = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64;
+            if leader_action(&mut writer, &plan, epoch, action_id).await {
+                ledger.record(format_args!("action {epoch} {action_id}"));
             }
         }
         if SystemTime::now() >= plan.end() && (all_done(&writer, &plan, expected).await || late(&plan)) {
@@ -247,15 +249,20 @@ fn late(plan: &HostPlan) -> bool {
 /// a deposed leader's action is refused and written nowhere. True when it was committed and
 /// replicated as the server's settings ask (a commit of our own: the cancelled-wait count is
 /// checked around it).
-async fn leader_action(client: &mut tokio_postgres::Client, plan: &HostPlan, epoch: i64) -> bool {
+async fn leader_action(
+    client: &mut tokio_postgres::Client,
+    plan: &HostPlan,
+    epoch: i64,
+    action_id: i64,
+) -> bool {
     let Ok(tx) = client.transaction().await else { return false };
     if assert_leader(&tx, &plan.group(), epoch).await.is_err() {
         return false;
     }
     let inserted = tx
         .execute(
-            "INSERT INTO fleet_leader_actions (tag, epoch, host_id) VALUES ($1, $2, $3)",
-            &[&plan.tag, &epoch, &plan.host_id],
+            "INSERT INTO fleet_leader_actions (tag, epoch, host_id, action_id) VALUES ($1, $2, $3, $4)",
+            &[&plan.tag, &epoch, &plan.host_id, &action_id],
         )
         .await;
     let before = cancelled_sync_waits();

@@ -10,7 +10,7 @@
 //! | `run <key> <run_id>` | `spawn_run` returned the run | the run, with that dispatch key |
 //! | `completed <key> <token>` | a fenced transaction's commit (effect + completion) | the firing completed, the effect with that token |
 //! | `term <epoch>` | the elector first saw itself leading in that epoch | the group's epoch at least that |
-//! | `action <epoch>` | a fenced leader action committed | the action, by this host in that epoch |
+//! | `action <epoch> <id>` | a fenced leader action committed | that action, by this host in that epoch |
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -55,8 +55,8 @@ pub struct Acknowledged {
     pub completions: Vec<(String, i64)>,
     /// `(host, epoch)` of every term won.
     pub terms: Vec<(String, i64)>,
-    /// `(host, epoch)` of every fenced leader action.
-    pub actions: Vec<(String, i64)>,
+    /// `(host, epoch, action id)` of every fenced leader action.
+    pub actions: Vec<(String, i64, i64)>,
 }
 
 /// Acknowledgements the database no longer has.
@@ -111,8 +111,8 @@ pub fn read(dir: &Path) -> Result<Acknowledged, String> {
                 (Some("term"), e, None) if number(e).is_some() => {
                     all.terms.push((host.to_owned(), number(e).unwrap()))
                 }
-                (Some("action"), e, None) if number(e).is_some() => {
-                    all.actions.push((host.to_owned(), number(e).unwrap()))
+                (Some("action"), e, id) if number(e).is_some() && number(id).is_some() => {
+                    all.actions.push((host.to_owned(), number(e).unwrap(), number(id).unwrap()))
                 }
                 _ => return Err(format!("{}: unreadable line {line:?}", p.display())),
             }
@@ -167,14 +167,15 @@ pub async fn lost(admin: &Client, acked: &Acknowledged, group: &str) -> Result<L
         .await
         .map_err(e)?
         .get(0);
-    let (hosts, epochs): (Vec<&str>, Vec<i64>) =
-        acked.actions.iter().map(|(h, ep)| (h.as_str(), *ep)).unzip();
+    let hosts: Vec<&str> = acked.actions.iter().map(|(h, _, _)| h.as_str()).collect();
+    let epochs: Vec<i64> = acked.actions.iter().map(|(_, ep, _)| *ep).collect();
+    let ids: Vec<i64> = acked.actions.iter().map(|(_, _, id)| *id).collect();
     let actions: i64 = admin
         .query_one(
-            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(host_id, epoch)
+            "SELECT count(*) FROM unnest($1::text[], $2::int8[], $3::int8[]) AS l(host_id, epoch, action_id)
               WHERE NOT EXISTS (SELECT 1 FROM fleet_leader_actions a
-                                 WHERE a.host_id = l.host_id AND a.epoch = l.epoch)",
-            &[&hosts, &epochs],
+                                 WHERE a.host_id = l.host_id AND a.epoch = l.epoch AND a.action_id = l.action_id)",
+            &[&hosts, &epochs, &ids],
         )
         .await
         .map_err(e)?
@@ -197,14 +198,14 @@ mod tests {
             l.record(format_args!("run {host}-k 7"));
             l.record(format_args!("completed {host}-k {}", 1i64 << 33));
             l.record(format_args!("term 3"));
-            l.record(format_args!("action 3"));
+            l.record(format_args!("action 3 1700000000000001"));
         }
         let acked = read(&dir).unwrap();
         assert_eq!(acked.runs.len(), 2);
         assert!(acked.completions.contains(&("host-1-k".into(), 1 << 33)));
         assert_eq!(acked.actions.len(), 2);
         assert_eq!(epochs_led_twice(&acked), 1);
-        std::fs::write(path(&dir, "host-2"), "run only-a-key\n").unwrap();
+        std::fs::write(path(&dir, "host-2"), "action 3\n").unwrap();
         assert!(read(&dir).unwrap_err().contains("unreadable line"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

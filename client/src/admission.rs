@@ -58,10 +58,12 @@ pub async fn spawn_run(
     loop {
         attempt += 1;
         let call = async {
-            client
+            let row = client
                 .query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key])
                 .await
-                .map_err(Error::Db)
+                .map_err(Error::Db)?;
+            let pid = row.get(3);
+            Ok((row, Some(pid)))
         };
         match replication::acknowledged("spawn_run", call).await {
             Ok(row) => {

@@ -148,9 +148,11 @@ pub async fn claim_firing(
     lease: Duration,
 ) -> Result<FiringClaim> {
     let call = async {
-        Ok(client
+        let row = client
             .query_one(sql::CLAIM_FIRING, &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)])
-            .await?)
+            .await?;
+        let pid = row.get(5);
+        Ok((row, Some(pid)))
     };
     let row = replication::acknowledged("claim_firing", call).await?;
     Ok(FiringClaim {
@@ -173,8 +175,11 @@ pub async fn claim_firings(
 ) -> Result<Vec<Option<FiringClaim>>> {
     let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
-    let call =
-        async { Ok(client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?) };
+    let call = async {
+        let rows = client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?;
+        let pid = rows.first().map(|r| r.get(6));
+        Ok((rows, pid))
+    };
     let rows = replication::acknowledged("claim_firings", call).await?;
     let mut out = vec![None; firings.len()];
     for r in rows {
@@ -196,7 +201,11 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
     let tasks: Vec<&str> = firings.iter().map(|(f, _)| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
     let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
-    let call = async { Ok(client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?) };
+    let call = async {
+        let rows = client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?;
+        let pid = rows.first().map(|r| r.get(2));
+        Ok((rows, pid))
+    };
     let rows = replication::acknowledged("complete_firings", call).await?;
     Ok(rows.iter().map(|r| r.get(1)).collect())
 }
@@ -204,9 +213,21 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
 /// Marks the firing done; false when `token` is stale (another host took it over).
 pub async fn complete_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
     let call = async {
-        Ok(client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?)
+        let (completed, pid) = complete_firing_on_backend(client, firing, token).await?;
+        Ok((completed, Some(pid)))
     };
-    Ok(replication::acknowledged("complete_firing", call).await?.get(0))
+    replication::acknowledged("complete_firing", call).await
+}
+
+/// [`complete_firing`] without the replication check (for a caller that commits later and
+/// checks its commit), with the backend pid that answered.
+pub(crate) async fn complete_firing_on_backend(
+    client: &impl GenericClient,
+    firing: &Firing,
+    token: i64,
+) -> Result<(bool, i32)> {
+    let row = client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// Extends a live claim's lease from now; `None` when the token is stale or the firing done.

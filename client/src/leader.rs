@@ -55,7 +55,11 @@ pub struct CurrentLeader {
 /// Claims leadership without waiting (idempotent for the holder's own session).
 #[tracing::instrument(level = "debug", skip_all, fields(group = group, candidate = candidate))]
 pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
-    let call = async { Ok(client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?) };
+    let call = async {
+        let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
+        let pid = row.get(3);
+        Ok((row, Some(pid)))
+    };
     let row = replication::acknowledged("try_lead", call).await?;
     Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
 }
@@ -446,13 +450,20 @@ impl Run {
     /// One `try_lead` on the dedicated session, checking it is still the same backend.
     async fn claim(&self, client: &Client, session_pid: i32) -> Result<LeaderClaim> {
         let call = async {
-            client.query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate]).await.map_err(|e| {
-                if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
-                    Error::PoolerDetected(e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default())
-                } else {
-                    Error::from_db(e)
-                }
-            })
+            let row = client
+                .query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate])
+                .await
+                .map_err(|e| {
+                    if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
+                        Error::PoolerDetected(
+                            e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default(),
+                        )
+                    } else {
+                        Error::from_db(e)
+                    }
+                })?;
+            let pid = row.get(3);
+            Ok((row, Some(pid)))
         };
         let row = replication::acknowledged("try_lead", call).await?;
         let pid: i32 = row.get(3);
@@ -468,7 +479,7 @@ impl Run {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
         let watched = crate::connect_watched(&self.database, &name).await?;
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
-        let pid: i32 = watched.client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
+        let pid = watched.pid;
         Ok(Session {
             client: watched.client,
             pid,

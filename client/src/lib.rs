@@ -176,6 +176,8 @@ pub(crate) struct Watched {
     /// Notifications from channels the session listens on (the newest are dropped when the
     /// owner falls 64 behind: they are wake-ups, and the owner re-checks the database anyway).
     pub(crate) notifications: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+    /// The server backend it runs on.
+    pub(crate) pid: i32,
 }
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
@@ -188,7 +190,12 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
     let (client, mut connection) = config.connect(tls.clone()).await.map_err(Error::Connect)?;
     let (closed_tx, closed) = tokio::sync::oneshot::channel();
     let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
+    let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
     tokio::spawn(async move {
+        // The backend this connection runs on (asked below, before the connection is handed
+        // out): its cancelled synchronous-replication waits are recorded under it.
+        let mut pid_rx = pid_rx;
+        let mut pid = None;
         use tokio_postgres::AsyncMessage;
         // Drives the connection as awaiting it would, keeping its notifications and logging
         // its notices (a WARNING from the server must not go unseen).
@@ -198,7 +205,10 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                     let _ = notification_tx.try_send(n);
                 }
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notice(notice)))) => {
-                    if replication::observe_notice(&notice) {
+                    if pid.is_none() {
+                        pid = pid_rx.try_recv().ok();
+                    }
+                    if replication::observe_notice(&notice, pid.unwrap_or(0)) {
                         tracing::warn!(message = notice.message(), "commit not replicated");
                     } else if notice.severity() == "WARNING" {
                         tracing::warn!(message = notice.message(), "server warning");
@@ -220,7 +230,16 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         if let Err(e) = ended {
             tracing::debug!(error = %e, "rendezvous connection ended");
         }
+        if let Some(p) = pid.or_else(|| pid_rx.try_recv().ok()) {
+            replication::forget(p);
+        }
         let _ = closed_tx.send(());
     });
-    Ok(Watched { client, closed, notifications })
+    let pid: i32 = client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
+    replication::watch(pid);
+    if pid_tx.send(pid).is_err() {
+        // The connection ended already: nothing left to watch.
+        replication::forget(pid);
+    }
+    Ok(Watched { client, closed, notifications, pid })
 }

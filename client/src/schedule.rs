@@ -749,7 +749,8 @@ impl FencedTransaction<'_> {
     /// firing completed and commits the transaction with it.
     pub async fn complete(self) -> Result<()> {
         firing::assert_firing(&self.tx, &self.firing, self.token).await?;
-        if !firing::complete_firing(&self.tx, &self.firing, self.token).await? {
+        let (completed, pid) = firing::complete_firing_on_backend(&self.tx, &self.firing, self.token).await?;
+        if !completed {
             return Err(Error::ClaimLost(format!(
                 "token {} no longer holds {}: another host took it over",
                 self.token,
@@ -757,7 +758,8 @@ impl FencedTransaction<'_> {
             )));
         }
         let tx = self.tx;
-        replication::acknowledged("a fenced transaction's commit", async { Ok(tx.commit().await?) }).await?;
+        let commit = async { Ok((tx.commit().await?, Some(pid))) };
+        replication::acknowledged("a fenced transaction's commit", commit).await?;
         self.completed.store(true, Ordering::SeqCst);
         Ok(())
     }

@@ -87,9 +87,10 @@ statements! {
         (TEXT, TEXT_ARRAY, INT4) -> ("ranked": TEXT_ARRAY);
 
     /// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
-    SPAWN_RUN = "SELECT run_id, created, same_request
+    SPAWN_RUN = "SELECT run_id, created, same_request, pg_catalog.pg_backend_pid()
        FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)"
-        (TEXT, TEXT, JSONB, TEXT) -> ("run_id": INT8, "created": BOOL, "same_request": BOOL);
+        (TEXT, TEXT, JSONB, TEXT)
+        -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
     /// `$1` run id, `$2` state.
     SET_RUN_STATE = "SELECT rendezvous.set_run_state($1::int8, $2::text)"
         (INT8, TEXT) -> ("set_run_state": BOOL);
@@ -98,9 +99,11 @@ statements! {
         (FLOAT8) -> ("purge_runs": INT8);
 
     /// Claim: `$1` group, `$2` candidate, `$3` wait.
-    TRY_LEAD = "SELECT is_leader, leader, epoch FROM rendezvous.try_lead($1::text, $2::text, $3::bool)"
-        (TEXT, TEXT, BOOL) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8);
+    TRY_LEAD = "SELECT is_leader, leader, epoch, pg_catalog.pg_backend_pid()
+       FROM rendezvous.try_lead($1::text, $2::text, $3::bool)"
+        (TEXT, TEXT, BOOL) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
     /// Claim (never waiting) plus the backend pid, to notice a pooler swapping sessions.
+    /// (Every acknowledging statement returns the backend pid: see `replication`.)
     TRY_LEAD_CHECKED = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
        FROM rendezvous.try_lead($1::text, $2::text) t"
         (TEXT, TEXT) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
@@ -121,23 +124,25 @@ statements! {
         (TEXT, INT8) -> ("assert_leader": VOID);
 
     /// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
-    CLAIM_FIRING = "SELECT claimed, holder, token, completed, lease_until
+    CLAIM_FIRING = "SELECT claimed, holder, token, completed, lease_until, pg_catalog.pg_backend_pid()
        FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))"
         (TEXT, TIMESTAMPTZ, TEXT, FLOAT8)
-        -> ("claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL, "lease_until": TIMESTAMPTZ);
+        -> ("claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL, "lease_until": TIMESTAMPTZ,
+            "pg_backend_pid": INT4);
     /// Claim many: `$1` tasks, `$2` fire_ats, `$3` host, `$4` lease in seconds.
-    CLAIM_FIRINGS = "SELECT ord, claimed, holder, token, completed, lease_until
+    CLAIM_FIRINGS = "SELECT ord, claimed, holder, token, completed, lease_until, pg_catalog.pg_backend_pid()
        FROM rendezvous.claim_firings($1::text[], $2::timestamptz[], $3::text, pg_catalog.make_interval(secs => $4::float8))"
         (TEXT_ARRAY, TIMESTAMPTZ_ARRAY, TEXT, FLOAT8)
         -> ("ord": INT4, "claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL,
-            "lease_until": TIMESTAMPTZ);
+            "lease_until": TIMESTAMPTZ, "pg_backend_pid": INT4);
     /// Complete many: `$1` tasks, `$2` fire_ats, `$3` tokens.
-    COMPLETE_FIRINGS =
-        "SELECT ord, completed FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])"
-        (TEXT_ARRAY, TIMESTAMPTZ_ARRAY, INT8_ARRAY) -> ("ord": INT4, "completed": BOOL);
+    COMPLETE_FIRINGS = "SELECT ord, completed, pg_catalog.pg_backend_pid()
+       FROM rendezvous.complete_firings($1::text[], $2::timestamptz[], $3::int8[])"
+        (TEXT_ARRAY, TIMESTAMPTZ_ARRAY, INT8_ARRAY) -> ("ord": INT4, "completed": BOOL, "pg_backend_pid": INT4);
     /// `$1` task, `$2` fire_at, `$3` token.
-    COMPLETE_FIRING = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8)"
-        (TEXT, TIMESTAMPTZ, INT8) -> ("complete_firing": BOOL);
+    COMPLETE_FIRING = "SELECT rendezvous.complete_firing($1::text, $2::timestamptz, $3::int8),
+              pg_catalog.pg_backend_pid()"
+        (TEXT, TIMESTAMPTZ, INT8) -> ("complete_firing": BOOL, "pg_backend_pid": INT4);
     /// `$1` task, `$2` fire_at, `$3` token, `$4` lease in seconds.
     RENEW_FIRING = "SELECT rendezvous.renew_firing($1::text, $2::timestamptz, $3::int8, pg_catalog.make_interval(secs => $4::float8))"
         (TEXT, TIMESTAMPTZ, INT8, FLOAT8) -> ("renew_firing": TIMESTAMPTZ);

@@ -133,8 +133,18 @@ unsafe extern "C-unwind" fn announce_departure(_code: c_int, _arg: pg_sys::Datum
 }
 
 pub(crate) fn held_by_me(tag: &pg_sys::LOCKTAG) -> bool {
+    let mode = pg_sys::ExclusiveLock as pg_sys::LOCKMODE;
     // SAFETY: a valid lock tag; LockHeldByMe only reads this backend's local lock table.
-    unsafe { pg_sys::LockHeldByMe(tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) }
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
+    unsafe {
+        pg_sys::LockHeldByMe(tag, mode)
+    }
+    // PostgreSQL 17 gave LockHeldByMe a third argument, `orstronger`: false asks for exactly
+    // this mode, as before.
+    #[cfg(any(feature = "pg17", feature = "pg18"))]
+    unsafe {
+        pg_sys::LockHeldByMe(tag, mode, false)
+    }
 }
 
 /// Takes the session-level lock; waits for it when `wait`. Returns whether it is now held.

@@ -187,3 +187,25 @@ async fn client_and_sql_accept_and_refuse_the_same_firing_keys() {
     let claimed: i64 = client.query_one("SELECT count(*) FROM rendezvous.firings", &[]).await.unwrap().get(0);
     assert_eq!(claimed, 0);
 }
+
+/// The suite runs against the PostgreSQL major it was asked for (scripts/test.sh sets
+/// `RENDEZVOUS_EXPECT_PG_MAJOR` for each major's leg), and so do the private clusters tests
+/// start themselves: both follow `PG_CONFIG`. Prints the server's version either way.
+#[tokio::test]
+async fn the_server_is_the_postgresql_major_asked_for() {
+    let shared = rendezvous_tests::connect(&rendezvous_tests::cluster_url()).await;
+    let private_cluster = rendezvous_tests::Cluster::start().await.unwrap();
+    let private = rendezvous_tests::connect(&private_cluster.url()).await;
+    let query = "SELECT version(), current_setting('server_version_num')::int / 10000";
+    let mut majors = Vec::new();
+    for (which, client) in [("shared cluster", &shared), ("private cluster", &private)] {
+        let row = client.query_one(query, &[]).await.unwrap();
+        let (version, major): (String, i32) = (row.get(0), row.get(1));
+        println!("{which}: {version}");
+        majors.push(major);
+    }
+    assert_eq!(majors[0], majors[1], "the private cluster runs another major than the shared one");
+    if let Ok(expected) = std::env::var("RENDEZVOUS_EXPECT_PG_MAJOR") {
+        assert_eq!(majors[0].to_string(), expected, "the suite ran against the wrong PostgreSQL");
+    }
+}

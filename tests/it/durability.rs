@@ -299,6 +299,27 @@ async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledge
     let local = rendezvous_client::connect(cluster.url().as_str()).await.unwrap();
     let run = rendezvous_client::spawn_run(&local, "t", "w", &input, Some("k")).await.unwrap();
     assert!(!run.created, "the refused admission was not committed on the primary");
+    // Meanwhile a connection whose commits do not wait is never refused: a cancelled wait is
+    // matched to the connection it happened on, not to the whole process.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bystander = {
+        let client = rendezvous_client::connect(cluster.url().as_str()).await.unwrap();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut calls = 0u32;
+            while !stop.load(Ordering::SeqCst) {
+                let key = format!("bystander-{calls}");
+                if let Err(e) =
+                    rendezvous_client::spawn_run(&client, "t", "w", &serde_json::json!({}), Some(&key)).await
+                {
+                    return Err(format!("call {calls}: {e}"));
+                }
+                calls += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Ok(calls)
+        })
+    };
 
     // Claims and completions.
     let firing = Firing::new("task", SystemTime::now() - Duration::from_secs(1));
@@ -347,5 +368,8 @@ async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledge
     assert!(completed);
     assert!(rendezvous_client::replication::cancelled_sync_waits() >= 6);
     assert!(waiting.load(Ordering::SeqCst) >= 6);
+    stop.store(true, Ordering::SeqCst);
+    let calls = bystander.await.unwrap().unwrap_or_else(|e| panic!("a bystander's call was refused: {e}"));
+    assert!(calls > 20, "the bystander made {calls} calls");
     watcher.abort();
 }
