@@ -24,7 +24,8 @@ for major in "${majors[@]}"; do
   stage=$(mktemp -d)
   mkdir -p "$stage/$name/lib" "$stage/$name/extension"
   cp "$out$libdir/pg_rendezvous.so" "$stage/$name/lib/"
-  cp "$out$extdir"/pg_rendezvous* sql/pg_rendezvous--*.sql "$stage/$name/extension/"
+  cp sql/pg_rendezvous--*.sql "$stage/$name/extension/"
+  cp -f "$out$extdir"/pg_rendezvous* "$stage/$name/extension/"
   cp scripts/install-package.sh "$stage/$name/install.sh"
   echo "$major" >"$stage/$name/PG_MAJOR"
   tar -czf "target/packages/$name.tar.gz" -C "$stage" "$name"
