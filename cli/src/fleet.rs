@@ -85,6 +85,15 @@ fn restart_backoff(quick_exits: u32) -> Duration {
     (Duration::from_millis(200) * 2u32.saturating_pow(quick_exits.min(5))).min(Duration::from_secs(5))
 }
 
+/// A directory removed when this goes out of scope.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The controller's connection, made again if it was lost (a terminated backend, a failover).
 async fn reconnected(admin: &mut Client, url: &str) {
     if admin.is_closed() {
@@ -253,9 +262,11 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     rendezvous_client::check_extension(&admin).await.map_err(|e| e.to_string())?;
     admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())?;
     let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);
-    // Each host's ledger of what the database acknowledged to it, outside the database.
+    // Each host's ledger of what the database acknowledged to it, outside the database;
+    // removed however the run ends.
     let ledgers = std::env::temp_dir().join(format!("rendezvous-{tag}-ledgers"));
     std::fs::create_dir_all(&ledgers).map_err(|e| format!("{}: {e}", ledgers.display()))?;
+    let _remove_ledgers = RemoveOnDrop(ledgers.clone());
     let end = SystemTime::now() + Duration::from_secs(2) + o.duration;
     let base = HostPlan {
         url: url.clone(),
@@ -434,7 +445,6 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     report.leader_terms =
         acknowledged.terms.iter().map(|(_, epoch)| epoch).collect::<std::collections::BTreeSet<_>>().len()
             as i64;
-    let _ = std::fs::remove_dir_all(&ledgers);
     let path = o
         .timeline
         .clone()

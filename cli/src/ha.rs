@@ -306,7 +306,32 @@ impl Drop for Formation {
         if let Some(child) = &mut self.monitor {
             kill_group(child);
         }
+        kill_left_in(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// SIGKILL to every process still working in `dir`. A PostgreSQL server's children each lead
+/// a process group of their own (the postmaster signals them that way), so killing a keeper's
+/// group takes its postmaster but not them; most exit when their postmaster is gone, but the
+/// monitor's health-check worker does not (and keeps its logger alive). They all run with
+/// their data directory, under `dir`, as working directory.
+fn kill_left_in(dir: &Path) {
+    for _ in 0..20 {
+        let mut found = false;
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let cwd = std::fs::read_link(entry.path().join("cwd"));
+            if cwd.is_ok_and(|cwd| cwd.starts_with(dir)) {
+                // SAFETY: kill(2) of a process working in our own formation's directory.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                found = true;
+            }
+        }
+        if !found {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
