@@ -57,8 +57,9 @@ pub struct CurrentLeader {
 pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
     let call = async {
         let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
-        let pid = row.get(3);
-        Ok((row, Some(pid)))
+        // Only a term won or kept is an acknowledgement.
+        let pid = row.get::<_, bool>(0).then(|| row.get(3));
+        Ok((row, pid))
     };
     let row = replication::acknowledged("try_lead", call).await?;
     Ok(LeaderClaim { is_leader: row.get(0), leader: row.get(1), epoch: row.get(2) })
@@ -462,8 +463,10 @@ impl Run {
                         Error::from_db(e)
                     }
                 })?;
-            let pid = row.get(3);
-            Ok((row, Some(pid)))
+            // Only a term (or its refresh) is an acknowledgement; an answer that this
+            // candidate does not lead is acted on at once (no wait for a WARNING).
+            let pid = row.get::<_, bool>(0).then(|| row.get(3));
+            Ok((row, pid))
         };
         let row = replication::acknowledged("try_lead", call).await?;
         let pid: i32 = row.get(3);
