@@ -295,11 +295,20 @@ fn the_dashboard_shows_the_fleet_in_headless_chromium() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Kill both however the test ends.
+    // Stop both however the test ends: SIGTERM first, so the fleet stops its hosts and removes
+    // its files; SIGKILL after 10 s.
     struct Reap(Vec<std::process::Child>);
     impl Drop for Reap {
         fn drop(&mut self) {
             for c in &mut self.0 {
+                // SAFETY: kill(2) of our own child, not yet reaped.
+                unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            for c in &mut self.0 {
+                while c.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
                 let _ = c.kill();
                 let _ = c.wait();
             }
