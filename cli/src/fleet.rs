@@ -580,7 +580,12 @@ async fn timeline_data(
     let e = |e: tokio_postgres::Error| e.to_string();
     let runs = admin
         .query(
-            "SELECT s.host_id, s.at, e.at, s.token > 1 OR f.failures > 0
+            // Ran again: an earlier start of the same firing had a lower token (tokens start
+            // at (timeline - 1) << 32 after a promotion, so not "token > 1"), or it failed.
+            "SELECT s.host_id, s.at, e.at,
+                    EXISTS (SELECT 1 FROM fleet_starts p
+                             WHERE p.tag = s.tag AND p.firing_key = s.firing_key AND p.token < s.token)
+                    OR f.failures > 0
                FROM fleet_starts s
                LEFT JOIN fleet_effects e ON e.tag = s.tag AND e.firing_key = s.firing_key AND e.token = s.token
                LEFT JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
