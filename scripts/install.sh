@@ -12,16 +12,13 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 profile=dev
-flags=(--debug)
 case "${1:-}" in
-  --release) profile=release; flags=() ;;
+  --release) profile=release ;;
   "") ;;
   *) echo "usage: scripts/install.sh [--release]" >&2; exit 2 ;;
 esac
 
-log "building pg_rendezvous ($profile) for PostgreSQL $PG_MAJOR"
-out=$ROOT_DIR/target/package-$profile-pg$PG_MAJOR
-(cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null)
+out=$(package_extension "$profile")
 
 libdir=$("$PG_CONFIG" --pkglibdir)
 extdir=$("$PG_CONFIG" --sharedir)/extension

@@ -50,6 +50,17 @@ as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# Builds the extension for the major of $PG_CONFIG with `cargo pgrx package` (profile $1: dev
+# or release) into target/package-<profile>-pg<major>, the files under the paths pg_config
+# names; prints that directory.
+package_extension() {
+  local flags=() out=$ROOT_DIR/target/package-$1-pg$PG_MAJOR
+  [ "$1" = release ] || flags=(--debug)
+  log "building pg_rendezvous ($1) for PostgreSQL $PG_MAJOR"
+  (cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null)
+  echo "$out"
+}
+
 # Installs the extension into the system PostgreSQL (profile: dev or release), renaming each
 # file into place (see scripts/install.sh).
 install_extension() {

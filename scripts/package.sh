@@ -14,9 +14,7 @@ majors=("$@")
 mkdir -p target/packages
 for major in "${majors[@]}"; do
   use_pg_major "$major"
-  out=$ROOT_DIR/target/package-release-pg$major
-  log "building pg_rendezvous (release) for PostgreSQL $major"
-  (cd extension && cargo pgrx package --pg-config "$PG_CONFIG" --out-dir "$out" >/dev/null)
+  out=$(package_extension release)
   libdir=$("$PG_CONFIG" --pkglibdir)
   extdir=$("$PG_CONFIG" --sharedir)/extension
   version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$out$extdir/pg_rendezvous.control")

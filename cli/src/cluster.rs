@@ -140,12 +140,7 @@ impl Cluster {
         for (name, value) in &options.settings {
             conf.push_str(&format!("{name} = {}\n", conf_quote(value)));
         }
-        let conf_file = cluster.data().join("postgresql.conf");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&conf_file)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
-            .map_err(|e| format!("{}: {e}", conf_file.display()))?;
+        cluster.append_conf(&conf)?;
         cluster.pg_ctl("start")?;
         if options.extension {
             let (client, conn) = tokio_postgres::connect(&cluster.url(), tokio_postgres::NoTls)
@@ -163,6 +158,16 @@ impl Cluster {
 
     fn data(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// Appends `text` to postgresql.conf (later lines win).
+    fn append_conf(&self, text: &str) -> Result<(), String> {
+        let conf_file = self.data().join("postgresql.conf");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&conf_file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()))
+            .map_err(|e| format!("{}: {e}", conf_file.display()))
     }
 
     fn log(&self) -> PathBuf {
@@ -210,12 +215,7 @@ impl Cluster {
         for (name, value) in settings {
             conf.push_str(&format!("{name} = {}\n", conf_quote(value)));
         }
-        let conf_file = self.data().join("postgresql.conf");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&conf_file)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
-            .map_err(|e| format!("{}: {e}", conf_file.display()))?;
+        self.append_conf(&conf)?;
         if let Some(hba) = hba {
             let hba_file = self.data().join("pg_hba.conf");
             std::fs::write(&hba_file, hba).map_err(|e| format!("{}: {e}", hba_file.display()))?;
@@ -262,12 +262,7 @@ impl Cluster {
             standby.port,
             conf_quote(&standby.dir.to_string_lossy()),
         );
-        let conf_file = standby.data().join("postgresql.conf");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&conf_file)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, conf.as_bytes()))
-            .map_err(|e| format!("{}: {e}", conf_file.display()))?;
+        standby.append_conf(&conf)?;
         standby.pg_ctl("start")?;
         Ok(standby)
     }

@@ -36,10 +36,11 @@ pub struct FleetOptions {
     /// Seed for the chaos (the same seed picks the same acts)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
-    /// Run on a throwaway highly available pair (a primary with a synchronous standby) and
-    /// kill the primary midway: ENGINE `pg-auto-failover` (the default: a pg_auto_failover
-    /// monitor and two nodes) or `promote` (two plain clusters; the controller promotes the
-    /// standby). The report adds how long the failover took and what it lost
+    /// Run on a throwaway highly available pair (a primary and a standby) and kill the primary
+    /// midway: ENGINE `pg-auto-failover` (the default: a pg_auto_failover monitor and two
+    /// synchronous nodes), `promote` (two plain clusters, synchronous; the controller promotes
+    /// the standby) or `promote-async` (the same, asynchronous, the standby a second behind).
+    /// The report adds how long the failover took and what it lost
     #[arg(long, value_enum, value_name = "ENGINE", num_args = 0..=1, default_missing_value = "pg-auto-failover", conflicts_with = "url")]
     pub ha: Option<crate::ha::Engine>,
     /// Where to write the timeline picture (SVG); default: the temp directory
@@ -200,6 +201,13 @@ impl Default for Report {
 }
 
 impl Report {
+    /// Counts a chaos act of `kind` and places it, as `label`, on `host`'s lane of the
+    /// timeline.
+    fn record_act(&mut self, kind: &'static str, label: &'static str, host: &str) {
+        *self.chaos.entry(kind).or_default() += 1;
+        self.chaos_acts.push((SystemTime::now(), label, host.to_owned()));
+    }
+
     /// True when every guarantee held.
     pub fn pass(&self) -> bool {
         self.executed_twice == 0
@@ -240,7 +248,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     let url = match (&o.url, o.ha) {
         (Some(u), _) => u.clone(),
         (None, Some(engine)) => {
-            println!("starting a throwaway {} pair: a primary and a synchronous standby…", engine.name());
+            println!("starting a throwaway {} pair: a primary and a standby…", engine.name());
             let pair = Ha::start(engine).await?;
             let url = pair.url();
             println!("  database: {url}");
@@ -359,8 +367,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
                 if SystemTime::now() < end {
                     h.child = Some(spawn(&h.plan)?);
                     h.started = Instant::now();
-                    *report.chaos.entry("restart after a host process exited").or_default() += 1;
-                    report.chaos_acts.push((SystemTime::now(), "restart", h.plan.host_id.clone()));
+                    report.record_act("restart after a host process exited", "restart", &h.plan.host_id);
                 }
             }
         }
@@ -394,8 +401,7 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         if let Some(pair) = ha.as_mut().filter(|_| failover_watch.is_none() && SystemTime::now() >= fail_at) {
             println!("  killing the primary ({})", pair.engine().name());
             let killed = Instant::now();
-            report.chaos_acts.push((SystemTime::now(), "primary killed", crate::timeline::DATABASE.into()));
-            *report.chaos.entry("primary killed").or_default() += 1;
+            report.record_act("primary killed", "primary killed", crate::timeline::DATABASE);
             let watch = match pair.kill_primary().await {
                 Ok(()) => {
                     let watch = crate::ha::watch_failover(
@@ -517,12 +523,7 @@ async fn chaos_step(
                 let killed = Instant::now();
                 let _ = c.start_kill();
                 let _ = c.wait().await;
-                *report.chaos.entry("SIGKILL").or_default() += 1;
-                report.chaos_acts.push((
-                    SystemTime::now(),
-                    "SIGKILL, back with its clock off",
-                    hosts[target].plan.host_id.clone(),
-                ));
+                report.record_act("SIGKILL", "SIGKILL, back with its clock off", &hosts[target].plan.host_id);
                 if was_leader {
                     let before = leader_now.epoch;
                     while killed.elapsed() < Duration::from_secs(10) {
@@ -549,8 +550,7 @@ async fn chaos_step(
             if let Some(c) = &hosts[i].child {
                 signal(c, "STOP");
                 hosts[i].stopped = true;
-                *report.chaos.entry("SIGSTOP/SIGCONT").or_default() += 1;
-                report.chaos_acts.push((SystemTime::now(), "SIGSTOP", hosts[i].plan.host_id.clone()));
+                report.record_act("SIGSTOP/SIGCONT", "SIGSTOP", &hosts[i].plan.host_id);
             }
         }
         _ => {
@@ -563,8 +563,7 @@ async fn chaos_step(
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            *report.chaos.entry("pg_terminate_backend").or_default() += 1;
-            report.chaos_acts.push((SystemTime::now(), "backends terminated", hosts[i].plan.host_id.clone()));
+            report.record_act("pg_terminate_backend", "backends terminated", &hosts[i].plan.host_id);
         }
     }
     Ok(())

@@ -1,10 +1,11 @@
 //! A throwaway highly available database for `rendezvous fleet --ha`: a primary with a
-//! synchronous standby on loopback, whose primary the fleet kills midway.
+//! standby on loopback (synchronous, but for [`Engine::PromoteAsync`]), whose primary the
+//! fleet kills midway.
 //!
-//! Two engines: [`Engine::PgAutoFailover`] (a pg_auto_failover monitor and two nodes, each
+//! The engines: [`Engine::PgAutoFailover`] (a pg_auto_failover monitor and two nodes, each
 //! PostgreSQL under its keeper; the monitor notices the dead primary and promotes the
-//! secondary), and [`Engine::Promote`] (two plain clusters; the controller promotes the standby
-//! itself, as a failover tool would). Either way the fleet reaches it through one multi-host
+//! secondary), and [`Engine::Promote`] and [`Engine::PromoteAsync`] (two plain clusters; the
+//! controller promotes the standby itself, as a failover tool would). Either way the fleet reaches it through one multi-host
 //! URL with `target_session_attrs=read-write`, so every connection finds the new primary by
 //! itself.
 use std::path::{Path, PathBuf};
@@ -74,7 +75,7 @@ const MONITOR_SETTINGS: &[(&str, &str)] = &[
 
 impl Ha {
     /// Starts the pair and installs `pg_rendezvous` on the primary; returns once the standby
-    /// replicates synchronously.
+    /// replicates (synchronously, but for [`Engine::PromoteAsync`]).
     pub async fn start(engine: Engine) -> Result<Ha, String> {
         let inner = match engine {
             Engine::Promote | Engine::PromoteAsync => {
@@ -335,19 +336,14 @@ fn kill_left_in(dir: &Path) {
     }
 }
 
-/// A driver error with the server's message (tokio-postgres's own text is only "db error").
+/// A driver error with the server's message and SQLSTATE, as the client describes it
+/// (tokio-postgres's own text is only "db error").
 fn db_error(what: &str, e: tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{what}: {} (SQLSTATE {})", db.message(), db.code().code()),
-        None => format!("{what}: {e}"),
-    }
+    format!("{what}: {}", rendezvous_client::Error::from(e))
 }
 
 async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
-    let (client, conn) =
-        tokio_postgres::connect(url, tokio_postgres::NoTls).await.map_err(|e| format!("{url}: {e}"))?;
-    tokio::spawn(conn);
-    Ok(client)
+    rendezvous_client::connect(url).await.map_err(|e| format!("{url}: {e}"))
 }
 
 /// Polls `query` (one boolean) until it is true, for up to 60 s.

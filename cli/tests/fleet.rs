@@ -9,6 +9,18 @@ fn figure(report: &str, label: &str) -> i64 {
     line[label.len()..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
+/// Runs a shell script under `rendezvous cluster run` (a throwaway cluster with the extension);
+/// its stdout, once it succeeded.
+fn run_on_a_cluster(script: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["cluster", "run", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
 #[test]
 fn a_short_fleet_under_chaos_passes() {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
@@ -73,12 +85,7 @@ timeout 2.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@
 {psql} -X -q -c "DROP ROLE {role}" >/dev/null"#,
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
-        .args(["cluster", "run", "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = run_on_a_cluster(&script);
     let (json, rest) = stdout.split_once("--- prometheus\n").unwrap();
     let (prometheus, watch) = rest.split_once("--- watch\n").unwrap();
     let status: serde_json::Value = serde_json::from_str(json).unwrap();
@@ -243,12 +250,7 @@ run --database-url "$ops" unschedule nightly
 {psql} -X -q -c "DROP ROLE rz_ops_{id}" -c "DROP ROLE rz_look_{id}" >/dev/null"#,
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
-        .args(["cluster", "run", "--", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = run_on_a_cluster(&script);
     // Each command's output and exit status, in order.
     let runs: Vec<&str> = stdout.split("$ ").skip(1).collect();
     let expect = [

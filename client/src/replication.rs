@@ -36,18 +36,19 @@ static CANCELLED_SYNC_WAITS: AtomicU64 = AtomicU64::new(0);
 
 /// The watched connections, by server backend pid (pids are unique on one server at a time;
 /// two servers' equal pids share an entry, which only errs on the safe side).
-static WATCHED: Mutex<Option<HashMap<i32, Watched>>> = Mutex::new(None);
+static WATCHED: Mutex<Option<HashMap<i32, Backend>>> = Mutex::new(None);
 
 /// When any watched connection last saw a cancelled wait.
 static LAST_ANYWHERE: Mutex<Option<Instant>> = Mutex::new(None);
 
+/// One server backend that watched connections run on.
 #[derive(Default)]
-struct Watched {
+struct Backend {
     connections: usize,
     last_cancelled: Option<Instant>,
 }
 
-fn watched() -> std::sync::MutexGuard<'static, Option<HashMap<i32, Watched>>> {
+fn watched() -> std::sync::MutexGuard<'static, Option<HashMap<i32, Backend>>> {
     WATCHED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
