@@ -87,8 +87,11 @@ statements! {
         (TEXT, TEXT_ARRAY, INT4) -> ("ranked": TEXT_ARRAY);
 
     /// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
-    SPAWN_RUN = "SELECT run_id, created, same_request, pg_catalog.pg_backend_pid()
-       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)"
+    /// spawn_run is called in the select list (one function call, its fast path); the
+    /// subquery, kept whole by OFFSET 0, opens its one composite value into columns without
+    /// calling it once per column.
+    SPAWN_RUN = "SELECT (a).run_id, (a).created, (a).same_request, pg_catalog.pg_backend_pid()
+       FROM (SELECT rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text) AS a OFFSET 0) s"
         (TEXT, TEXT, JSONB, TEXT)
         -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
     /// `$1` run id, `$2` state.

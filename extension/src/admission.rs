@@ -8,6 +8,108 @@
 //! for its inserter to commit); under REPEATABLE READ or SERIALIZABLE, a row committed after
 //! the caller's snapshot makes the INSERT itself raise 40001, which the client retries. If the
 //! row vanished in between (purged), the insert is tried again.
+//!
+//! It is the hot path of every dispatch, so it costs what the insert costs and little more: a
+//! C function (not set-returning: `SELECT rendezvous.spawn_run(…)` is one call) that checks
+//! its arguments once, here, and runs the insert from a plan kept for the backend's life.
+use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+use crate::c_function::{arg, composite, v1_info};
+use crate::checks::{check_text_datum, MAX_ID_BYTES};
+use crate::errors::raise;
+use crate::kept_plan::{value, KeptPlan};
+
 extension_sql_file!("admission.sql", name = "admission", requires = ["checks"]);
+
+/// The most bytes a `workflow_ref` and a `dispatch_key` may have (the runs table's checks
+/// say the same).
+const MAX_WORKFLOW_REF_BYTES: usize = 1024;
+const MAX_DISPATCH_KEY_BYTES: usize = 512;
+
+thread_local! {
+    /// The admission itself: a new run, or nothing when the key is taken.
+    static INSERT: KeptPlan = const { KeptPlan::new(
+        "INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID],
+    ) };
+    /// The run a yielded insert yielded to, and whether it was the same request.
+    static EXISTING: KeptPlan = const { KeptPlan::new(
+        "SELECT r.run_id, r.workflow_ref OPERATOR(pg_catalog.=) $2 AND r.input OPERATOR(pg_catalog.=) $3 \
+           FROM rendezvous.runs r \
+          WHERE r.tenant_id OPERATOR(pg_catalog.=) $1 AND r.dispatch_key OPERATOR(pg_catalog.=) $4",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID],
+    ) };
+}
+
+/// `rendezvous.spawn_run(tenant_id, workflow_ref, input, dispatch_key) → rendezvous.admission`.
+///
+/// A plain C-language function, not set-returning, so `SELECT rendezvous.spawn_run(…)` costs
+/// one function call: the admission's hot path runs at the speed of the insert it makes.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let (tenant_id, workflow_ref, input, dispatch_key) =
+            (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
+        check_text_datum("tenant_id", tenant_id, MAX_ID_BYTES as usize);
+        check_text_datum("workflow_ref", workflow_ref, MAX_WORKFLOW_REF_BYTES);
+        if input.is_none() {
+            raise(
+                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                "input must not be NULL (use '{}' for no input)",
+            );
+        }
+        if dispatch_key.is_some() {
+            check_text_datum("dispatch_key", dispatch_key, MAX_DISPATCH_KEY_BYTES);
+        }
+        let args = [tenant_id, workflow_ref, input, dispatch_key];
+        let (run_id, created, same_request) = admit(&args);
+        composite(fcinfo, &[Some(run_id.into()), Some(created.into()), Some(same_request.into())])
+    }
+}
+
+/// `(run_id, created, same_request)`: the insert's, or the run it yielded to.
+unsafe fn admit(args: &[Option<pg_sys::Datum>; 4]) -> (i64, bool, bool) {
+    unsafe {
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+        let mut admitted = None;
+        for _attempt in 0..5 {
+            if INSERT.with(|p| p.execute(args)) == 1 {
+                let run_id = value(0, 1).expect("run_id is NOT NULL");
+                admitted = Some((run_id.value() as i64, true, true));
+                break;
+            }
+            // Without a key nothing can conflict; with one, read the run it yielded to.
+            if EXISTING.with(|p| p.execute(args)) == 1 {
+                let run_id = value(0, 1).expect("run_id is NOT NULL");
+                let same = value(0, 2).is_some_and(|d| d.value() != 0);
+                admitted = Some((run_id.value() as i64, false, same));
+                break;
+            }
+            // The conflicting run was deleted (purged) between the two statements: insert again.
+        }
+        pg_sys::SPI_finish();
+        admitted.unwrap_or_else(|| {
+            let text = |d: Option<pg_sys::Datum>| match d {
+                Some(d) => std::ffi::CStr::from_ptr(pg_sys::text_to_cstring(d.cast_mut_ptr()))
+                    .to_string_lossy()
+                    .into_owned(),
+                None => "NULL".to_owned(),
+            };
+            raise(
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!(
+                    "could not admit run for dispatch_key {} of tenant {}: it is being purged concurrently",
+                    text(args[3]),
+                    text(args[0])
+                ),
+            )
+        })
+    }
+}
+
+v1_info!(pg_finfo_rendezvous_spawn_run);

@@ -24,67 +24,24 @@ CREATE INDEX runs_finished ON rendezvous.runs (updated_at)
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs_run_id_seq', '');
 
+-- What spawn_run returns: one value, not a set, so `SELECT rendezvous.spawn_run(…)` is a
+-- single function call (the fast path); `SELECT * FROM rendezvous.spawn_run(…)` gives the
+-- same three columns.
+CREATE TYPE rendezvous.admission AS (run_id bigint, created boolean, same_request boolean);
+COMMENT ON TYPE rendezvous.admission IS
+    'spawn_run''s result: the run, whether this call created it, and (for a repeat) whether it carried the same workflow_ref and input.';
+
+-- In Rust (admission.rs): the checks, then one kept INSERT … ON CONFLICT DO NOTHING plan, and
+-- a kept read of the run it yielded to. Runs as the extension's owner (privileges.sql).
 CREATE FUNCTION rendezvous.spawn_run(
     tenant_id    text,
     workflow_ref text,
     input        jsonb DEFAULT '{}',
     dispatch_key text DEFAULT NULL
-) RETURNS TABLE (run_id bigint, created boolean, same_request boolean)
-LANGUAGE plpgsql VOLATILE
+) RETURNS rendezvous.admission
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    -- Parameters are referenced as spawn_run.<name>: bare names are the table's columns.
-    existing rendezvous.runs%ROWTYPE;
-BEGIN
-    -- Checks inline (cheap); the helper only runs to raise the error.
-    IF spawn_run.tenant_id IS NULL OR spawn_run.tenant_id = '' OR octet_length(spawn_run.tenant_id) > rendezvous._max_id_bytes() THEN
-        PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, rendezvous._max_id_bytes());
-    END IF;
-    IF spawn_run.workflow_ref IS NULL OR spawn_run.workflow_ref = '' OR octet_length(spawn_run.workflow_ref) > 1024 THEN
-        PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);
-    END IF;
-    IF spawn_run.input IS NULL THEN
-        RAISE EXCEPTION 'input must not be NULL (use ''{}'' for no input)' USING ERRCODE = '22004';
-    END IF;
-    IF spawn_run.dispatch_key IS NULL THEN
-        -- No key: a new run every call, exactly as without admission control.
-        RETURN QUERY
-            INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input)
-            VALUES (spawn_run.tenant_id, spawn_run.workflow_ref, spawn_run.input)
-            RETURNING r.run_id, true, true;
-        RETURN;
-    END IF;
-    IF spawn_run.dispatch_key = '' OR octet_length(spawn_run.dispatch_key) > 512 THEN
-        PERFORM rendezvous._check_text('dispatch_key', spawn_run.dispatch_key, 512);
-    END IF;
-    FOR attempt IN 1..5 LOOP
-        RETURN QUERY
-            INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key)
-            VALUES (spawn_run.tenant_id, spawn_run.workflow_ref, spawn_run.input, spawn_run.dispatch_key)
-            ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING
-            RETURNING r.run_id, true, true;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-        SELECT * INTO existing FROM rendezvous.runs r
-         WHERE r.tenant_id = spawn_run.tenant_id AND r.dispatch_key = spawn_run.dispatch_key;
-        IF FOUND THEN
-            spawn_run.run_id := existing.run_id;
-            spawn_run.created := false;
-            spawn_run.same_request := existing.workflow_ref = spawn_run.workflow_ref
-                                      AND existing.input = spawn_run.input;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        -- The conflicting run was deleted (purged) between the two statements: insert again.
-    END LOOP;
-    RAISE EXCEPTION 'could not admit run for dispatch_key % of tenant %: it is being purged concurrently',
-        spawn_run.dispatch_key, spawn_run.tenant_id
-        USING ERRCODE = '40001';
-END
-$$;
+AS 'MODULE_PATHNAME', 'rendezvous_spawn_run';
 COMMENT ON FUNCTION rendezvous.spawn_run(text, text, jsonb, text) IS
     'Admits a run; with a dispatch_key, a repeat returns the first run (created = false, same_request tells whether workflow_ref and input matched).';
 

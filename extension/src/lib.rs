@@ -8,12 +8,14 @@
 use pgrx::prelude::*;
 
 mod admission;
+mod c_function;
 mod call_cache;
 mod checks;
 mod errors;
 mod fencing;
 mod firing;
 mod hrw;
+mod kept_plan;
 mod leader;
 mod membership;
 mod schedule;

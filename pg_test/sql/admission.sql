@@ -61,6 +61,34 @@ SELECT regress.err($$SELECT * FROM rendezvous.status_runs$$);
 RESET ROLE;
 SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
 
+-- spawn_run returns one value (not a set): in the select list it is one call, and the
+-- client opens it into columns through a subquery that calls it once.
+SELECT pg_typeof(rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'form-1'));
+SELECT (a).created, (a).same_request
+  FROM (SELECT rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'form-1') AS a OFFSET 0) s;
+SELECT count(*) AS runs_with_key_form_1 FROM rendezvous.runs WHERE dispatch_key = 'form-1';
+
+-- In a new session, as a host, under a hostile search_path (a text = that matches everything,
+-- a temporary table named runs): spawn_run's statements name everything schema-qualified, so
+-- a different request is still told apart and the run goes into rendezvous.runs.
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.always(text, text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.always);
+GRANT USAGE ON SCHEMA evil TO PUBLIC;
+\c
+SET ROLE rendezvous_regress_admit;
+CREATE TEMPORARY TABLE runs (run_id bigint, tenant_id text, workflow_ref text, input jsonb, dispatch_key text);
+SET search_path = evil, pg_temp, pg_catalog;
+SELECT 'a'::text = 'b'::text AS evil_operator_active;
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'hostile-1');
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/weekly', '{}', 'hostile-1');
+SELECT count(*) AS temporary_runs FROM pg_temp.runs;
+DROP TABLE pg_temp.runs;
+RESET search_path;
+RESET ROLE;
+SELECT workflow_ref FROM rendezvous.runs WHERE dispatch_key = 'hostile-1';
+DROP SCHEMA evil CASCADE;
+
 RESET ROLE;
 DELETE FROM rendezvous.runs;
 DROP ROLE rendezvous_regress_admit;

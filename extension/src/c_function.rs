@@ -1,0 +1,62 @@
+//! Plain C-language functions written by hand, for the hot paths pgrx's wrapper would slow
+//! down (`spawn_run`): reading arguments as datums, returning one composite value, and the
+//! version-1 info record PostgreSQL looks up for each.
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::errors::raise;
+
+/// Argument `index` of the call as a datum, `None` for SQL NULL.
+///
+/// # Safety
+/// `fcinfo` is the current call's and has an argument `index`.
+pub(crate) unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<pg_sys::Datum> {
+    unsafe {
+        let a = &(*fcinfo).args.as_slice((*fcinfo).nargs as usize)[index];
+        (!a.isnull).then_some(a.value)
+    }
+}
+
+/// One value of the function's declared composite result type, formed in the current
+/// memory context from by-value `values` (`None` for NULL).
+///
+/// # Safety
+/// `fcinfo` is the current call's; the function is declared to return a composite type whose
+/// columns match `values` in number and type.
+pub(crate) unsafe fn composite(
+    fcinfo: pg_sys::FunctionCallInfo,
+    values: &[Option<pg_sys::Datum>],
+) -> pg_sys::Datum {
+    unsafe {
+        let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
+        if pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut tupdesc)
+            != pg_sys::TypeFuncClass::TYPEFUNC_COMPOSITE
+            || (*tupdesc).natts as usize != values.len()
+        {
+            raise(
+                PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
+                "function is not declared with its composite result type",
+            );
+        }
+        let mut datums: Vec<pg_sys::Datum> =
+            values.iter().map(|v| v.unwrap_or(pg_sys::Datum::from(0))).collect();
+        let mut nulls: Vec<bool> = values.iter().map(Option::is_none).collect();
+        let tuple =
+            pg_sys::heap_form_tuple(pg_sys::BlessTupleDesc(tupdesc), datums.as_mut_ptr(), nulls.as_mut_ptr());
+        pg_sys::HeapTupleHeaderGetDatum((*tuple).t_data)
+    }
+}
+
+/// `PG_FUNCTION_INFO_V1`: declares the version-1 calling convention of a C function by
+/// defining `pg_finfo_<its symbol>`, the name PostgreSQL looks up beside it.
+macro_rules! v1_info {
+    ($finfo:ident) => {
+        #[unsafe(no_mangle)]
+        #[doc(hidden)]
+        pub extern "C" fn $finfo() -> &'static ::pgrx::pg_sys::Pg_finfo_record {
+            const V1: ::pgrx::pg_sys::Pg_finfo_record = ::pgrx::pg_sys::Pg_finfo_record { api_version: 1 };
+            &V1
+        }
+    };
+}
+pub(crate) use v1_info;
