@@ -1242,3 +1242,53 @@ GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO 
 ALTER FUNCTION rendezvous.request_step_down(text, text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) TO rendezvous_admin;
+
+-- Firing claims at the speed of the statements they run (0.2.0): firing_key, claim_firing and
+-- complete_firing are C functions (firing.rs); claim_firing returns one rendezvous.firing_claim
+-- value, no longer a set, so it is dropped and created again with its grants. firing_key's
+-- checks of fire_at move into _check_fire_at, which raises its errors.
+CREATE FUNCTION rendezvous._check_fire_at(fire_at timestamptz) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF fire_at IS NULL THEN
+        RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
+    ELSIF NOT isfinite(fire_at) THEN
+        RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
+    ELSIF fire_at < '0001-01-01 00:00:00+00'::timestamptz THEN
+        RAISE EXCEPTION 'fire_at must not be before 0001-01-01 00:00:00 UTC (got %)', fire_at USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+CREATE OR REPLACE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'rendezvous_firing_key';
+
+DROP FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval);
+CREATE TYPE rendezvous.firing_claim AS (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz);
+COMMENT ON TYPE rendezvous.firing_claim IS
+    'claim_firing''s result: whether this call claimed the firing, the live holder and its token, whether the firing completed, and the lease.';
+CREATE FUNCTION rendezvous.claim_firing(
+    task_id text,
+    fire_at timestamptz,
+    host_id text,
+    lease   interval DEFAULT '5 min'
+) RETURNS rendezvous.firing_claim
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'rendezvous_claim_firing';
+COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
+    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
+ALTER FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) TO rendezvous_host;
+
+-- CREATE OR REPLACE resets SECURITY DEFINER (grants stay).
+CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
+LANGUAGE c VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'rendezvous_complete_firing';
+COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
+    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
+ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;

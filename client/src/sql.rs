@@ -127,8 +127,10 @@ statements! {
         (TEXT, INT8) -> ("assert_leader": VOID);
 
     /// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
-    CLAIM_FIRING = "SELECT claimed, holder, token, completed, lease_until, pg_catalog.pg_backend_pid()
-       FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))"
+    /// Called in the select list and opened by an OFFSET 0 subquery, like SPAWN_RUN.
+    CLAIM_FIRING = "SELECT (c).claimed, (c).holder, (c).token, (c).completed, (c).lease_until, pg_catalog.pg_backend_pid()
+       FROM (SELECT rendezvous.claim_firing($1::text, $2::timestamptz, $3::text,
+                                            pg_catalog.make_interval(secs => $4::float8)) AS c OFFSET 0) s"
         (TEXT, TIMESTAMPTZ, TEXT, FLOAT8)
         -> ("claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL, "lease_until": TIMESTAMPTZ,
             "pg_backend_pid": INT4);

@@ -24,8 +24,8 @@ extension_sql_file!("admission.sql", name = "admission", requires = ["checks"]);
 
 /// The most bytes a `workflow_ref` and a `dispatch_key` may have (the runs table's checks
 /// say the same).
-const MAX_WORKFLOW_REF_BYTES: usize = 1024;
-const MAX_DISPATCH_KEY_BYTES: usize = 512;
+const MAX_WORKFLOW_REF_BYTES: i32 = 1024;
+const MAX_DISPATCH_KEY_BYTES: i32 = 512;
 
 thread_local! {
     /// The admission itself: a new run, or nothing when the key is taken.
@@ -53,8 +53,8 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
     unsafe {
         let (tenant_id, workflow_ref, input, dispatch_key) =
             (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
-        check_text_datum("tenant_id", tenant_id, MAX_ID_BYTES as usize);
-        check_text_datum("workflow_ref", workflow_ref, MAX_WORKFLOW_REF_BYTES);
+        check_text_datum(c"tenant_id", tenant_id, MAX_ID_BYTES);
+        check_text_datum(c"workflow_ref", workflow_ref, MAX_WORKFLOW_REF_BYTES);
         if input.is_none() {
             raise(
                 PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
@@ -62,7 +62,7 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
             );
         }
         if dispatch_key.is_some() {
-            check_text_datum("dispatch_key", dispatch_key, MAX_DISPATCH_KEY_BYTES);
+            check_text_datum(c"dispatch_key", dispatch_key, MAX_DISPATCH_KEY_BYTES);
         }
         let args = [tenant_id, workflow_ref, input, dispatch_key];
         let (run_id, created, same_request) = admit(&args);

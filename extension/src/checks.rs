@@ -3,7 +3,9 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::errors::{invalid_argument, null_argument};
+use std::ffi::CStr;
+
+use crate::errors::raise;
 
 extension_sql_file!("checks.sql", name = "checks", requires = [max_id_bytes]);
 
@@ -17,17 +19,54 @@ fn max_id_bytes() -> i32 {
     MAX_ID_BYTES
 }
 
-/// `_check_text` for a C function's argument: 22004 for NULL, 22023 for empty or longer than
-/// `max_bytes` (its length in bytes, as `octet_length` counts, without detoasting it).
+/// `_check_text` for a C function's argument: nothing when it passes; when it does not (NULL,
+/// empty, longer than `max_bytes` bytes as `octet_length` counts, read without detoasting),
+/// `_check_text` itself raises, so the message and SQLSTATE are the SQL helpers'.
 ///
 /// # Safety
 /// `datum`, when present, is a `text` value.
-pub(crate) unsafe fn check_text_datum(name: &str, datum: Option<pg_sys::Datum>, max_bytes: usize) {
-    let Some(datum) = datum else { null_argument(name) };
-    let bytes = unsafe { pg_sys::toast_raw_datum_size(datum) } - pg_sys::VARHDRSZ;
-    if bytes == 0 {
-        invalid_argument(format!("{name} must not be empty"));
-    } else if bytes > max_bytes {
-        invalid_argument(format!("{name} is {bytes} bytes long; the limit is {max_bytes}"));
+pub(crate) unsafe fn check_text_datum(name: &CStr, datum: Option<pg_sys::Datum>, max_bytes: i32) {
+    let ok = datum.is_some_and(|d| {
+        let bytes = unsafe { pg_sys::toast_raw_datum_size(d) } - pg_sys::VARHDRSZ;
+        bytes > 0 && bytes <= max_bytes as usize
+    });
+    if !ok {
+        let name = unsafe { pg_sys::cstring_to_text(name.as_ptr()) };
+        unsafe {
+            raise_sql_check(
+                c"SELECT rendezvous._check_text($1, $2, $3)",
+                &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::INT4OID],
+                &[Some(pg_sys::Datum::from(name)), datum, Some(max_bytes.into())],
+            )
+        }
     }
+}
+
+/// Raises the error of the SQL check `sql` (a `SELECT` of one of the `_check_*` helpers, every
+/// name qualified) for arguments a C function found invalid: one place for each rule's message.
+///
+/// # Safety
+/// Each argument datum is of the matching type in `types`.
+pub(crate) unsafe fn raise_sql_check(sql: &CStr, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> ! {
+    unsafe {
+        let mut values: Vec<pg_sys::Datum> =
+            args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0))).collect();
+        let nulls: Vec<std::ffi::c_char> =
+            args.iter().map(|a| if a.is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
+        pg_sys::SPI_connect();
+        pg_sys::SPI_execute_with_args(
+            sql.as_ptr(),
+            types.len() as i32,
+            types.as_ptr().cast_mut(),
+            values.as_mut_ptr(),
+            nulls.as_ptr(),
+            true,
+            0,
+        );
+        pg_sys::SPI_finish();
+    }
+    raise(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("{} passed arguments the C function refused", sql.to_string_lossy()),
+    )
 }

@@ -7,8 +7,16 @@
 //! next token; anything else changes nothing. Leases run on the database clock, so hosts'
 //! clocks and their views of membership never decide anything. The token fences the rest:
 //! a stale holder's `complete_firing`, `renew_firing` and `assert_firing` are refused.
+use std::io::Write;
+
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+
+use crate::c_function::{arg, composite, text_bytes, v1_info};
+use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
+use crate::errors::{null_argument, raise};
+use crate::fencing;
+use crate::kept_plan::{value, KeptPlan};
 
 extension_sql_file!(
     "firing.sql",
@@ -25,3 +33,186 @@ fn durable_commit() {
     // SAFETY: only sets a flag the current transaction's commit reads.
     unsafe { pg_sys::ForceSyncCommit() }
 }
+
+// The hot path of every dispatched firing, in C functions like spawn_run (admission.rs):
+// `firing_key`, `claim_firing` and `complete_firing` check their arguments here (raising with
+// the SQL helpers' messages), and run one statement each from a plan kept for the backend's
+// life. The set-based and rarer functions stay in firing.sql.
+
+/// `'0001-01-01 00:00:00+00'` in PostgreSQL's microseconds since 2000-01-01: the key spells the
+/// year without an era, so a BC instant would share an AD firing's key.
+const FIRST_AD_INSTANT: i64 = -63_082_281_600_000_000;
+
+thread_local! {
+    /// A first claim inserts (token 1, or the timeline's floor); a claim on an expired,
+    /// uncompleted lease takes it over with the next token; anything else changes nothing.
+    static CLAIM: KeptPlan = const { KeptPlan::new(
+        "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until) \
+         VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7) \
+         ON CONFLICT (firing_key) DO UPDATE \
+            SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
+                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
+                attempts = f.attempts OPERATOR(pg_catalog.+) 1 \
+          WHERE f.completed_at IS NULL AND f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
+         RETURNING f.token, f.lease_until",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
+          pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
+    ) };
+    /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
+    static HELD: KeptPlan = const { KeptPlan::new(
+        "SELECT f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until \
+           FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1",
+        &[pg_sys::TEXTOID],
+    ) };
+    /// A completion by the current claim's token (repeating it is harmless).
+    static COMPLETE: KeptPlan = const { KeptPlan::new(
+        "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.token OPERATOR(pg_catalog.=) $2 \
+            AND f.holder IS NOT NULL AND f.failed_at IS NULL",
+        &[pg_sys::TEXTOID, pg_sys::INT8OID],
+    ) };
+}
+
+/// The firing key `firing:<task_id>:<fire_at as YYYY-MM-DDTHH:MI:SS.USZ in UTC>` as a `text`
+/// value in the current memory context, after checking both arguments (22004 for NULL, 22023
+/// for an empty or too long task id, an infinite or BC instant).
+///
+/// # Safety
+/// `task_id` is a `text` datum and `fire_at` a `timestamptz` one, when present.
+unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) -> pg_sys::Datum {
+    unsafe {
+        check_text_datum(c"task_id", task_id, MAX_ID_BYTES);
+        let at = fire_at.map(|d| d.value() as i64);
+        // Infinities are i64::MIN and i64::MAX, so the range check refuses them too.
+        if !at.is_some_and(|at| (FIRST_AD_INSTANT..i64::MAX).contains(&at)) {
+            raise_sql_check(c"SELECT rendezvous._check_fire_at($1)", &[pg_sys::TIMESTAMPTZOID], &[fire_at]);
+        }
+        let mut tm = pg_sys::pg_tm::default();
+        let mut fsec: pg_sys::fsec_t = 0;
+        let no_zone = std::ptr::null_mut();
+        if pg_sys::timestamp2tm(
+            at.unwrap_or_default(),
+            no_zone,
+            &mut tm,
+            &mut fsec,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ) != 0
+        {
+            raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, "fire_at is out of range");
+        }
+        let task_id = text_bytes(task_id.expect("checked"));
+        let mut key = Vec::with_capacity(task_id.len() + 40);
+        key.extend_from_slice(b"firing:");
+        key.extend_from_slice(task_id);
+        write!(
+            key,
+            ":{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, fsec
+        )
+        .expect("writing to a Vec");
+        pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(key.as_ptr().cast(), key.len() as i32))
+    }
+}
+
+/// Checks a lease like `_check_lease` (which raises, with its message, when it fails): not
+/// NULL, longer than zero, finite.
+///
+/// # Safety
+/// `lease` is an `interval` datum when present.
+unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
+    let ok = lease.is_some_and(|d| {
+        let i = unsafe { *d.cast_mut_ptr::<pg_sys::Interval>() };
+        // interval's own ordering: a month is 30 days, a day 24 hours.
+        let span = i128::from(i.time) + (i128::from(i.day) + i128::from(i.month) * 30) * 86_400_000_000;
+        let infinite = (i.time, i.day, i.month) == (i64::MAX, i32::MAX, i32::MAX);
+        span > 0 && !infinite
+    });
+    if !ok {
+        unsafe { raise_sql_check(c"SELECT rendezvous._check_lease($1)", &[pg_sys::INTERVALOID], &[lease]) }
+    }
+}
+
+/// `rendezvous.firing_key(task_id, fire_at) → text`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn rendezvous_firing_key(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe { key(arg(fcinfo, 0), arg(fcinfo, 1)) }
+}
+v1_info!(pg_finfo_rendezvous_firing_key);
+
+/// `rendezvous.claim_firing(task_id, fire_at, host_id, lease) → rendezvous.firing_claim`:
+/// `(claimed, holder, token, completed, lease_until)`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    unsafe {
+        let (task_id, fire_at, host_id, lease) =
+            (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
+        let key = key(task_id, fire_at);
+        check_text_datum(c"host_id", host_id, MAX_ID_BYTES);
+        check_lease(lease);
+        // Never before it is due by the database clock, whatever the caller's clock says: not
+        // claimed, nobody holds it, and lease_until says when it can be claimed.
+        let fire_at = fire_at.expect("checked");
+        if fire_at.value() as i64 > pg_sys::GetCurrentTimestamp() {
+            return composite(fcinfo, &[Some(false.into()), None, None, Some(false.into()), Some(fire_at)]);
+        }
+        // Tokens stay above any a timeline before this one handed out (fencing.rs).
+        let first_token = fencing::floor().max(1);
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+        let mut outcome = None;
+        for _attempt in 0..5 {
+            let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
+            let args =
+                [Some(key), task_id, Some(fire_at), host_id, Some(first_token.into()), Some(now), lease];
+            if CLAIM.with(|p| p.execute(&args)) == 1 {
+                pg_sys::ForceSyncCommit();
+                outcome = Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
+                break;
+            }
+            // Someone holds a live lease, or the firing is done (the row is locked by us now).
+            if HELD.with(|p| p.execute(&[Some(key)])) == 1 {
+                let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
+                outcome = Some([Some(false.into()), holder, value(0, 2), value(0, 3), value(0, 4)]);
+                break;
+            }
+            // The row was deleted (purged) between the two statements: claim again.
+        }
+        pg_sys::SPI_finish();
+        let Some(outcome) = outcome else {
+            let key = String::from_utf8_lossy(text_bytes(key)).into_owned();
+            raise(
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!("could not claim {key}: it is being purged concurrently"),
+            )
+        };
+        composite(fcinfo, &outcome)
+    }
+}
+v1_info!(pg_finfo_rendezvous_claim_firing);
+
+/// `rendezvous.complete_firing(task_id, fire_at, token) → boolean`: true when `token` is the
+/// firing's current claim (the completion is then durable before it is acknowledged).
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    unsafe {
+        let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
+        let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
+        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
+            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
+        }
+        let completed = COMPLETE.with(|p| p.execute(&[Some(key), Some(token)])) > 0;
+        pg_sys::SPI_finish();
+        if completed {
+            pg_sys::ForceSyncCommit();
+        }
+        pg_sys::Datum::from(completed)
+    }
+}
+v1_info!(pg_finfo_rendezvous_complete_firing);
