@@ -3,9 +3,11 @@
 # `INSERT … ON CONFLICT DO NOTHING RETURNING` into a table with the same columns, constraints and
 # unique partial index, interleaved in one loop (each case right after the other), for both
 # protocols and 1, 4 and 16 clients, and once more with synchronous_commit = off; prints the
-# medians over the rounds. Run by scripts/bench.sh under `rendezvous cluster run` (PGHOST and
-# PGPORT set); fresh dispatch keys throughout.
-#   ROUNDS (default 3) rounds of SECONDS (default 5) per case.
+# medians over the rounds. spawn_run is measured called in the select list (one function call:
+# how the client calls it) and read `FROM` it (a function scan, what most SQL users write).
+# Then the same for claim_firing + complete_firing against a plain upsert + update. Run by
+# scripts/bench.sh under `rendezvous cluster run` (PGHOST and PGPORT set); fresh keys throughout.
+#   ROUNDS (default 3) rounds of SECONDS_PER_CASE (default 5) per case.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 rounds=${ROUNDS:-3}
@@ -24,6 +26,10 @@ ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING 
 SQL
 cat >"$work/spawn.sql" <<'SQL'
 \set k random(1, 9000000000000000000)
+SELECT rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
+SQL
+cat >"$work/spawn_from.sql" <<'SQL'
+\set k random(1, 9000000000000000000)
 SELECT run_id, created, same_request FROM rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
 SQL
 
@@ -36,29 +42,27 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 
 cases=()
 for protocol in prepared simple; do for clients in 1 4 16; do cases+=("$protocol $clients"); done; done
-cases+=("prepared 1 -csynchronous_commit=off")
-for c in "${cases[@]}"; do : >"$work/$(echo "$c" | tr ' =' '__').plain"; : >"$work/$(echo "$c" | tr ' =' '__').spawn"; done
+cases+=("prepared 1 -csynchronous_commit=off" "prepared 4 -csynchronous_commit=off")
 for round in $(seq "$rounds"); do
   for c in "${cases[@]}"; do
     read -r protocol clients opts <<<"$c"
     f=$work/$(echo "$c" | tr ' =' '__')
-    tps plain "$protocol" "$clients" "${opts:-}" >>"$f.plain"
-    tps spawn "$protocol" "$clients" "${opts:-}" >>"$f.spawn"
+    for way in plain spawn spawn_from; do tps "$way" "$protocol" "$clients" "${opts:-}" >>"$f.$way"; done
   done
 done
 
 echo "Spawn admission in the server: pgbench, spawn_run beside a plain INSERT … ON CONFLICT DO NOTHING"
 echo "RETURNING into a table like rendezvous.runs, interleaved; median tps of $rounds rounds of ${seconds} s"
 echo
-echo "| protocol | clients | durability | plain INSERT tps | spawn_run tps | spawn_run / plain |"
-echo "|---|---:|---|---:|---:|---:|"
+echo "| protocol | clients | durability | plain INSERT tps | \`SELECT spawn_run(…)\` tps | / plain | \`SELECT * FROM spawn_run(…)\` tps | / plain |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|"
 for c in "${cases[@]}"; do
   read -r protocol clients opts <<<"$c"
   f=$work/$(echo "$c" | tr ' =' '__')
-  plain=$(median <"$f.plain"); spawn=$(median <"$f.spawn")
+  plain=$(median <"$f.plain"); spawn=$(median <"$f.spawn"); from=$(median <"$f.spawn_from")
   durability=${opts:+synchronous_commit = off}
-  printf '| %s | %s | %s | %.0f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
-    "$plain" "$spawn" "$(echo "$spawn / $plain" | bc -l)"
+  printf '| %s | %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
+    "$plain" "$spawn" "$(echo "$spawn / $plain" | bc -l)" "$from" "$(echo "$from / $plain" | bc -l)"
 done
 
 # Firing claims in the server: claim_firing then complete_firing (one transaction, as a
@@ -81,11 +85,11 @@ SQL
 cat >"$work/claim_firing.sql" <<'SQL'
 \set k random(1, 1000000000)
 BEGIN;
-SELECT claimed, token FROM rendezvous.claim_firing('t' || CAST(:client_id AS text), pg_catalog.to_timestamp(CAST(:k AS float8)), 'h', '5 min');
+SELECT rendezvous.claim_firing('t' || CAST(:client_id AS text), pg_catalog.to_timestamp(CAST(:k AS float8)), 'h', '5 min');
 SELECT rendezvous.complete_firing('t' || CAST(:client_id AS text), pg_catalog.to_timestamp(CAST(:k AS float8)), 1);
 COMMIT;
 SQL
-fcases=("prepared 1" "prepared 4")
+fcases=("prepared 1" "prepared 4" "prepared 16" "simple 4")
 for c in "${fcases[@]}"; do : >"$work/f_$(echo "$c" | tr ' ' '_').plain"; : >"$work/f_$(echo "$c" | tr ' ' '_').claim"; done
 for round in $(seq "$rounds"); do
   for c in "${fcases[@]}"; do

@@ -89,6 +89,18 @@ SELECT regress.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:
 SELECT regress.err($$SELECT rendezvous.purge_firings('-1 s')$$);
 -- The key's year has no era: a BC instant is refused, not given an AD firing's key.
 SELECT rendezvous.firing_key('t', '0001-01-01 00:00:00+00') AS first_instant_of_the_era;
+SELECT rendezvous.firing_key('t', '10000-01-01 00:00:00+00') AS five_digit_year;
+-- The key's instant is to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), the
+-- definition firing_key had in SQL, over edge instants and a spread across the whole range.
+SELECT count(*) AS keys_unlike_to_char FROM (
+    SELECT t FROM unnest(ARRAY['0001-01-01 00:00:00+00', '0999-12-31 23:59:59.999999+00', '1969-12-31 23:59:59.5+00',
+                               '2000-02-29 12:00:00+00', '9999-12-31 23:59:59.999999+00', '10000-01-01 00:00:00+00',
+                               '294276-12-31 23:59:59.999999+00']::timestamptz[]) AS e(t)
+    UNION ALL
+    SELECT '0001-01-01 00:00:00+00'::timestamptz + i * interval '7777 days 3 hours 17 min 1.234567 s'
+      FROM generate_series(0, 3000) AS g(i)
+) s
+WHERE rendezvous.firing_key('t', t) IS DISTINCT FROM 'firing:t:' || to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
 SELECT regress.err($$SELECT rendezvous.firing_key('t', '0001-12-31 23:59:59+00 BC')$$);
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', '2026-11-29 00:00:00+00 BC', 'h')$$);
 -- complete_firings checks its arrays as complete_firing checks its arguments.
