@@ -18,6 +18,8 @@ pgbench="$(pg_bindir)/pgbench"
 
 cluster_psql -d postgres -c "DROP TABLE IF EXISTS bench_plain_runs" -c \
   "CREATE TABLE bench_plain_runs (LIKE rendezvous.runs INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES INCLUDING IDENTITY)"
+cluster_psql -d postgres -c "DROP TABLE IF EXISTS bench_plain_firings" -c \
+  "CREATE TABLE bench_plain_firings (LIKE rendezvous.firings INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
 cat >"$work/plain.sql" <<'SQL'
 \set k random(1, 9000000000000000000)
 INSERT INTO bench_plain_runs (tenant_id, workflow_ref, input, dispatch_key)
@@ -33,8 +35,13 @@ cat >"$work/spawn_from.sql" <<'SQL'
 SELECT run_id, created, same_request FROM rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
 SQL
 
-# tps of one pgbench case: way (plain|spawn), protocol, clients, extra PGOPTIONS.
+# tps of one pgbench case: way (a script in $work), protocol, clients, extra PGOPTIONS. Every
+# case starts on empty tables after a checkpoint, so no way pays for rows or dirty pages
+# another one left (both spawn_run ways write rendezvous.runs, which would otherwise grow
+# twice as fast as the plain table).
 tps() {
+  cluster_psql -d postgres -q -c "TRUNCATE rendezvous.runs, bench_plain_runs, rendezvous.firings, bench_plain_firings" \
+    -c "CHECKPOINT"
   PGOPTIONS="${4:-}" "$pgbench" -n -M "$2" -c "$3" -j "$(( $3 < 2 ? $3 : 2 ))" -T "$seconds" \
     -f "$work/$1.sql" -d postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
 }
@@ -68,8 +75,6 @@ done
 # Firing claims in the server: claim_firing then complete_firing (one transaction, as a
 # dispatcher's single firing does) beside a plain upsert then update of a table with the same
 # columns and keys; a new firing each time. Same rounds and medians.
-cluster_psql -d postgres -c "DROP TABLE IF EXISTS bench_plain_firings" -c \
-  "CREATE TABLE bench_plain_firings (LIKE rendezvous.firings INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
 cat >"$work/plain_firing.sql" <<'SQL'
 \set k random(1, 1000000000)
 BEGIN;

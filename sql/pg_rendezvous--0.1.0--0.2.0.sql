@@ -63,87 +63,43 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'durable_commit_wrapper';
 
--- Firing keys refuse BC instants (the key's year has no era).
-CREATE OR REPLACE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
+-- Firing keys refuse BC instants (the key's year has no era): the checks of fire_at are
+-- _check_fire_at, which raises their errors. firing_key, claim_firing and complete_firing are
+-- C functions (firing.rs), each running one statement from a plan kept per connection.
+CREATE FUNCTION rendezvous._check_fire_at(fire_at timestamptz) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF task_id IS NULL OR task_id = '' OR octet_length(task_id) > rendezvous._max_id_bytes() THEN
-        PERFORM rendezvous._check_text('task_id', task_id, rendezvous._max_id_bytes());
-    END IF;
     IF fire_at IS NULL THEN
         RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
     ELSIF NOT isfinite(fire_at) THEN
         RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
     ELSIF fire_at < '0001-01-01 00:00:00+00'::timestamptz THEN
-        -- The key spells the year without an era: a BC instant would share an AD firing's key.
         RAISE EXCEPTION 'fire_at must not be before 0001-01-01 00:00:00 UTC (got %)', fire_at USING ERRCODE = '22023';
     END IF;
-    RETURN 'firing:' || task_id || ':'
-        || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
 END
 $$;
+CREATE OR REPLACE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
+LANGUAGE c IMMUTABLE PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'rendezvous_firing_key';
 
 -- Claims and completions are durable when acknowledged; nothing is claimed before it is due by the database clock.
-CREATE OR REPLACE FUNCTION rendezvous.claim_firing(
+-- claim_firing returns one rendezvous.firing_claim value, no longer a set: a new return type
+-- means DROP and CREATE; its grants are made again below.
+DROP FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval);
+CREATE TYPE rendezvous.firing_claim AS (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz);
+COMMENT ON TYPE rendezvous.firing_claim IS
+    'claim_firing''s result: whether this call claimed the firing, the live holder and its token, whether the firing completed, and the lease.';
+CREATE FUNCTION rendezvous.claim_firing(
     task_id text,
     fire_at timestamptz,
     host_id text,
     lease   interval DEFAULT '5 min'
-) RETURNS TABLE (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
-LANGUAGE plpgsql VOLATILE
+) RETURNS rendezvous.firing_claim
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    -- Parameters are referenced as claim_firing.<name>: bare names are the table's columns.
-    fk text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
-    now_ timestamptz;
-    -- Tokens stay above any a timeline before this one handed out (fencing.rs).
-    floor_ bigint;
-BEGIN
-    PERFORM rendezvous._check_host_id(claim_firing.host_id);
-    IF claim_firing.lease IS NULL OR claim_firing.lease <= interval '0' OR NOT isfinite(claim_firing.lease) THEN
-        PERFORM rendezvous._check_lease(claim_firing.lease);
-    END IF;
-    -- Never before it is due by the database clock, whatever the caller's clock says: not
-    -- claimed, nobody holds it, and lease_until says when it can be claimed.
-    IF claim_firing.fire_at > pg_catalog.clock_timestamp() THEN
-        RETURN QUERY SELECT false, NULL::text, NULL::bigint, false, claim_firing.fire_at;
-        RETURN;
-    END IF;
-    floor_ := rendezvous._fence_floor();
-    FOR attempt IN 1..5 LOOP
-        now_ := pg_catalog.clock_timestamp();
-        RETURN QUERY
-            INSERT INTO rendezvous.firings AS f
-                (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-            VALUES (fk, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, greatest(1, floor_), now_,
-                    now_ + claim_firing.lease)
-            ON CONFLICT (firing_key) DO UPDATE
-               SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
-                   lease_until = excluded.lease_until, attempts = f.attempts + 1
-             WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
-            RETURNING true, f.holder, f.token, false, f.lease_until;
-        IF FOUND THEN
-            PERFORM rendezvous._durable_commit();
-            RETURN;
-        END IF;
-        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
-        RETURN QUERY
-            SELECT false, f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until
-              FROM rendezvous.firings f WHERE f.firing_key = fk;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-    END LOOP;
-    RAISE EXCEPTION 'could not claim %: it is being purged concurrently', fk USING ERRCODE = '40001';
-END
-$$;
-COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
-    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
-
+AS 'MODULE_PATHNAME', 'rendezvous_claim_firing';
 COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
     'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
 
@@ -210,26 +166,9 @@ COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interv
     'claim_firing for many firings in one call; results in input order (ord). A firing not yet due by the database clock is not claimed (holder and token NULL, lease_until = fire_at).';
 
 CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
+LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    fk text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
-BEGIN
-    IF complete_firing.token IS NULL THEN
-        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    UPDATE rendezvous.firings f
-       SET completed_at = coalesce(f.completed_at, pg_catalog.clock_timestamp())
-     WHERE f.firing_key = fk AND f.token = complete_firing.token AND f.holder IS NOT NULL AND f.failed_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM rendezvous._durable_commit();
-    RETURN true;
-END
-$$;
+AS 'MODULE_PATHNAME', 'rendezvous_complete_firing';
 COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
     'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
 
@@ -1242,53 +1181,3 @@ GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO 
 ALTER FUNCTION rendezvous.request_step_down(text, text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) TO rendezvous_admin;
-
--- Firing claims at the speed of the statements they run (0.2.0): firing_key, claim_firing and
--- complete_firing are C functions (firing.rs); claim_firing returns one rendezvous.firing_claim
--- value, no longer a set, so it is dropped and created again with its grants. firing_key's
--- checks of fire_at move into _check_fire_at, which raises its errors.
-CREATE FUNCTION rendezvous._check_fire_at(fire_at timestamptz) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF fire_at IS NULL THEN
-        RAISE EXCEPTION 'fire_at must not be NULL' USING ERRCODE = '22004';
-    ELSIF NOT isfinite(fire_at) THEN
-        RAISE EXCEPTION 'fire_at must be finite (got %)', fire_at USING ERRCODE = '22023';
-    ELSIF fire_at < '0001-01-01 00:00:00+00'::timestamptz THEN
-        RAISE EXCEPTION 'fire_at must not be before 0001-01-01 00:00:00 UTC (got %)', fire_at USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-CREATE OR REPLACE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS text
-LANGUAGE c IMMUTABLE PARALLEL SAFE
-AS 'MODULE_PATHNAME', 'rendezvous_firing_key';
-
-DROP FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval);
-CREATE TYPE rendezvous.firing_claim AS (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz);
-COMMENT ON TYPE rendezvous.firing_claim IS
-    'claim_firing''s result: whether this call claimed the firing, the live holder and its token, whether the firing completed, and the lease.';
-CREATE FUNCTION rendezvous.claim_firing(
-    task_id text,
-    fire_at timestamptz,
-    host_id text,
-    lease   interval DEFAULT '5 min'
-) RETURNS rendezvous.firing_claim
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'rendezvous_claim_firing';
-COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) IS
-    'Claims a firing for host_id for lease (database clock): claimed with a token, or not, with the live holder, its token, whether it completed, and its lease. Before fire_at by the database clock nothing is claimed: holder and token are NULL and lease_until is fire_at.';
-ALTER FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) SECURITY DEFINER;
-REVOKE EXECUTE ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) TO rendezvous_host;
-
--- CREATE OR REPLACE resets SECURITY DEFINER (grants stay).
-CREATE OR REPLACE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
-LANGUAGE c VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'rendezvous_complete_firing';
-COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
-    'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
-ALTER FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) SECURITY DEFINER;

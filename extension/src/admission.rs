@@ -18,7 +18,7 @@ use pgrx::prelude::*;
 use crate::c_function::{arg, composite, v1_info};
 use crate::checks::{check_text_datum, MAX_ID_BYTES};
 use crate::errors::raise;
-use crate::kept_plan::{value, KeptPlan};
+use crate::kept_plan::{self, value, KeptPlan};
 
 extension_sql_file!("admission.sql", name = "admission", requires = ["checks"]);
 
@@ -73,9 +73,7 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
 /// `(run_id, created, same_request)`: the insert's, or the run it yielded to.
 unsafe fn admit(args: &[Option<pg_sys::Datum>; 4]) -> (i64, bool, bool) {
     unsafe {
-        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
-        }
+        kept_plan::connect();
         let mut admitted = None;
         for _attempt in 0..5 {
             if INSERT.with(|p| p.execute(args)) == 1 {

@@ -49,11 +49,8 @@ pub(crate) unsafe fn check_text_datum(name: &CStr, datum: Option<pg_sys::Datum>,
 /// Each argument datum is of the matching type in `types`.
 pub(crate) unsafe fn raise_sql_check(sql: &CStr, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> ! {
     unsafe {
-        let mut values: Vec<pg_sys::Datum> =
-            args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0))).collect();
-        let nulls: Vec<std::ffi::c_char> =
-            args.iter().map(|a| if a.is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
-        pg_sys::SPI_connect();
+        let (mut values, nulls) = crate::kept_plan::spi_args(args);
+        crate::kept_plan::connect();
         pg_sys::SPI_execute_with_args(
             sql.as_ptr(),
             types.len() as i32,

@@ -16,7 +16,7 @@ use crate::c_function::{arg, composite, text_bytes, v1_info};
 use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
 use crate::fencing;
-use crate::kept_plan::{value, KeptPlan};
+use crate::kept_plan::{self, value, KeptPlan};
 
 extension_sql_file!(
     "firing.sql",
@@ -160,9 +160,7 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         }
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
-        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
-        }
+        kept_plan::connect();
         let mut outcome = None;
         for _attempt in 0..5 {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
@@ -204,9 +202,7 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     unsafe {
         let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
-        if pg_sys::SPI_connect() != pg_sys::SPI_OK_CONNECT as i32 {
-            raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
-        }
+        kept_plan::connect();
         let completed = COMPLETE.with(|p| p.execute(&[Some(key), Some(token)])) > 0;
         pg_sys::SPI_finish();
         if completed {

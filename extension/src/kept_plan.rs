@@ -36,10 +36,7 @@ impl KeptPlan {
         debug_assert_eq!(args.len(), self.types.len());
         unsafe {
             let plan = self.prepared();
-            let mut values: Vec<pg_sys::Datum> =
-                args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0))).collect();
-            let nulls: Vec<std::ffi::c_char> =
-                args.iter().map(|a| if a.is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
+            let (mut values, nulls) = spi_args(args);
             let rc = pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
             if rc < 0 {
                 raise(
@@ -68,6 +65,23 @@ impl KeptPlan {
             }
         }
         self.plan.get()
+    }
+}
+
+/// Arguments as SPI takes them: the datums, and `' '` or `'n'` (NULL) for each.
+pub(crate) fn spi_args(args: &[Option<pg_sys::Datum>]) -> (Vec<pg_sys::Datum>, Vec<std::ffi::c_char>) {
+    let values = args.iter().map(|a| a.unwrap_or(pg_sys::Datum::from(0))).collect();
+    let nulls = args.iter().map(|a| if a.is_some() { b' ' } else { b'n' } as std::ffi::c_char).collect();
+    (values, nulls)
+}
+
+/// Connects to SPI for a C function's statements (raising if it cannot); call
+/// `pg_sys::SPI_finish()` before returning normally. An ERROR on the way ends the transaction,
+/// which cleans up the connection.
+pub(crate) fn connect() {
+    // SAFETY: called from a function PostgreSQL is executing, as SPI requires.
+    if unsafe { pg_sys::SPI_connect() } != pg_sys::SPI_OK_CONNECT as i32 {
+        raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, "SPI_connect failed");
     }
 }
 
