@@ -87,11 +87,8 @@ statements! {
         (TEXT, TEXT_ARRAY, INT4) -> ("ranked": TEXT_ARRAY);
 
     /// Admission: `$1` tenant, `$2` workflow_ref, `$3` input, `$4` dispatch key.
-    /// spawn_run is called in the select list (one function call, its fast path); the
-    /// subquery, kept whole by OFFSET 0, opens its one composite value into columns without
-    /// calling it once per column.
-    SPAWN_RUN = "SELECT (a).run_id, (a).created, (a).same_request, pg_catalog.pg_backend_pid()
-       FROM (SELECT rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text) AS a OFFSET 0) s"
+    SPAWN_RUN = "SELECT run_id, created, same_request, pg_catalog.pg_backend_pid()
+       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)"
         (TEXT, TEXT, JSONB, TEXT)
         -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
     /// `$1` run id, `$2` state.
@@ -127,10 +124,8 @@ statements! {
         (TEXT, INT8) -> ("assert_leader": VOID);
 
     /// Claim a firing: `$1` task, `$2` fire_at, `$3` host, `$4` lease in seconds.
-    /// Called in the select list and opened by an OFFSET 0 subquery, like SPAWN_RUN.
-    CLAIM_FIRING = "SELECT (c).claimed, (c).holder, (c).token, (c).completed, (c).lease_until, pg_catalog.pg_backend_pid()
-       FROM (SELECT rendezvous.claim_firing($1::text, $2::timestamptz, $3::text,
-                                            pg_catalog.make_interval(secs => $4::float8)) AS c OFFSET 0) s"
+    CLAIM_FIRING = "SELECT claimed, holder, token, completed, lease_until, pg_catalog.pg_backend_pid()
+       FROM rendezvous.claim_firing($1::text, $2::timestamptz, $3::text, pg_catalog.make_interval(secs => $4::float8))"
         (TEXT, TIMESTAMPTZ, TEXT, FLOAT8)
         -> ("claimed": BOOL, "holder": TEXT, "token": INT8, "completed": BOOL, "lease_until": TIMESTAMPTZ,
             "pg_backend_pid": INT4);

@@ -61,8 +61,8 @@ SELECT regress.err($$SELECT * FROM rendezvous.status_runs$$);
 RESET ROLE;
 SELECT count(*) AS runs_of_tenant_t FROM rendezvous.runs WHERE tenant_id = 't';
 
--- spawn_run returns one value (not a set): in the select list it is one call, and the
--- client opens it into columns through a subquery that calls it once.
+-- spawn_run returns one value (not a set): in the select list it is that composite value, and
+-- a subquery kept whole opens it into columns with one call.
 SELECT pg_typeof(rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'form-1'));
 SELECT (a).created, (a).same_request
   FROM (SELECT rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'form-1') AS a OFFSET 0) s;
