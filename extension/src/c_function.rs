@@ -1,5 +1,6 @@
-//! Plain C-language functions written by hand, for the hot paths pgrx's wrapper would slow
-//! down (`spawn_run`): reading arguments as datums, returning one composite value, and the
+//! Plain C-language functions written by hand, for the hot paths where pgrx's wrapper and
+//! set-returning results cost too much (`spawn_run`, `firing_key`, `claim_firing`,
+//! `complete_firing`): reading arguments as datums, returning one composite value, and the
 //! version-1 info record PostgreSQL looks up for each.
 use pgrx::pg_sys;
 use pgrx::prelude::*;

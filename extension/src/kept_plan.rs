@@ -1,6 +1,6 @@
 //! Statements prepared once per backend and kept for its life, run through SPI with the
-//! arguments passed as datums: the hot paths (`spawn_run`) skip re-planning and every
-//! conversion of their arguments.
+//! arguments passed as datums: the hot paths (`spawn_run`, `claim_firing`, `complete_firing`)
+//! skip re-planning and every conversion of their arguments.
 //!
 //! A kept plan is PostgreSQL's own plan cache entry: it is re-planned when what it reads
 //! changes (an index added, the extension dropped and created again), with the search_path
