@@ -15,7 +15,7 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::c_function::{arg, composite, v1_info};
+use crate::c_function::{arg, composite, v1_info, varlena_bytes};
 use crate::checks::{check_text_datum, MAX_ID_BYTES};
 use crate::errors::raise;
 use crate::kept_plan::{self, value, KeptPlan};
@@ -74,29 +74,24 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
 unsafe fn admit(args: &[Option<pg_sys::Datum>; 4]) -> (i64, bool, bool) {
     unsafe {
         kept_plan::connect();
-        let mut admitted = None;
-        for _attempt in 0..5 {
+        let admitted = (0..5).find_map(|_attempt| {
             if INSERT.with(|p| p.execute(args)) == 1 {
                 let run_id = value(0, 1).expect("run_id is NOT NULL");
-                admitted = Some((run_id.value() as i64, true, true));
-                break;
+                return Some((run_id.value() as i64, true, true));
             }
             // Without a key nothing can conflict; with one, read the run it yielded to.
             if EXISTING.with(|p| p.execute(args)) == 1 {
                 let run_id = value(0, 1).expect("run_id is NOT NULL");
                 let same = value(0, 2).is_some_and(|d| d.value() != 0);
-                admitted = Some((run_id.value() as i64, false, same));
-                break;
+                return Some((run_id.value() as i64, false, same));
             }
             // The conflicting run was deleted (purged) between the two statements: insert again.
-        }
+            None
+        });
         pg_sys::SPI_finish();
         admitted.unwrap_or_else(|| {
-            let text = |d: Option<pg_sys::Datum>| match d {
-                Some(d) => std::ffi::CStr::from_ptr(pg_sys::text_to_cstring(d.cast_mut_ptr()))
-                    .to_string_lossy()
-                    .into_owned(),
-                None => "NULL".to_owned(),
+            let text = |d: Option<pg_sys::Datum>| {
+                d.map_or("NULL".into(), |d| String::from_utf8_lossy(varlena_bytes(d)))
             };
             raise(
                 PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,

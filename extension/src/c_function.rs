@@ -18,11 +18,12 @@ pub(crate) unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Opti
     }
 }
 
-/// The bytes of a `text` value (detoasted when it must be, in the current memory context).
+/// The bytes of a varlena value (`text`, an array, …), detoasted when it must be, in the
+/// current memory context.
 ///
 /// # Safety
-/// `datum` is a `text` value that outlives the returned slice's use.
-pub(crate) unsafe fn text_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+/// `datum` is a varlena value that outlives the returned slice's use.
+pub(crate) unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
     unsafe {
         let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
         let len = pgrx::varlena::varsize_any_exhdr(text);

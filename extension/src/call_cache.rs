@@ -8,6 +8,8 @@
 use pgrx::pg_sys;
 use pgrx::PgMemoryContexts;
 
+use crate::c_function::{arg, varlena_bytes};
+
 /// What one call site keeps: the argument bytes it was built from, and the built value.
 struct Entry<T> {
     key: Vec<Option<Vec<u8>>>,
@@ -19,17 +21,7 @@ struct Entry<T> {
 /// # Safety
 /// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
 unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<&'a [u8]> {
-    unsafe {
-        let args = (*fcinfo).args.as_slice((*fcinfo).nargs as usize);
-        let arg = &args[index];
-        if arg.isnull {
-            return None;
-        }
-        let detoasted = pg_sys::pg_detoast_datum_packed(arg.value.cast_mut_ptr());
-        let len = pgrx::varlena::varsize_any_exhdr(detoasted);
-        let data = pgrx::varlena::vardata_any(detoasted) as *const u8;
-        Some(std::slice::from_raw_parts(data, len))
-    }
+    unsafe { arg(fcinfo, index).map(|d| varlena_bytes(d)) }
 }
 
 /// The size of varlena argument `index` once detoasted, without detoasting it; `None` for NULL.
@@ -37,14 +29,7 @@ unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Optio
 /// # Safety
 /// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
 pub(crate) unsafe fn arg_raw_size(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<usize> {
-    unsafe {
-        let args = (*fcinfo).args.as_slice((*fcinfo).nargs as usize);
-        let arg = &args[index];
-        if arg.isnull {
-            return None;
-        }
-        Some(pg_sys::toast_raw_datum_size(arg.value))
-    }
+    unsafe { arg(fcinfo, index).map(|d| pg_sys::toast_raw_datum_size(d)) }
 }
 
 /// The value built by `build` from the varlena arguments at `indexes`, reused while those

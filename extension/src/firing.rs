@@ -12,7 +12,7 @@ use std::io::Write;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::c_function::{arg, composite, text_bytes, v1_info};
+use crate::c_function::{arg, composite, v1_info, varlena_bytes};
 use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
 use crate::fencing;
@@ -101,7 +101,7 @@ unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) ->
         {
             raise(PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW, "fire_at is out of range");
         }
-        let task_id = text_bytes(task_id.expect("checked"));
+        let task_id = varlena_bytes(task_id.expect("checked"));
         let mut key = Vec::with_capacity(task_id.len() + 40);
         key.extend_from_slice(b"firing:");
         key.extend_from_slice(task_id);
@@ -116,17 +116,17 @@ unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) ->
 }
 
 /// Checks a lease like `_check_lease` (which raises, with its message, when it fails): not
-/// NULL, longer than zero, finite.
+/// NULL, greater than zero, finite, compared by PostgreSQL's own interval functions.
 ///
 /// # Safety
 /// `lease` is an `interval` datum when present.
 unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
-    let ok = lease.is_some_and(|d| {
-        let i = unsafe { *d.cast_mut_ptr::<pg_sys::Interval>() };
-        // interval's own ordering: a month is 30 days, a day 24 hours.
-        let span = i128::from(i.time) + (i128::from(i.day) + i128::from(i.month) * 30) * 86_400_000_000;
-        let infinite = (i.time, i.day, i.month) == (i64::MAX, i32::MAX, i32::MAX);
-        span > 0 && !infinite
+    let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
+    let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
+    let ok = lease.is_some_and(|d| unsafe {
+        let positive = pgrx::direct_function_call::<bool>(pg_sys::interval_gt, &[Some(d), Some(zero)]);
+        let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
+        positive == Some(true) && finite == Some(true)
     });
     if !ok {
         unsafe { raise_sql_check(c"SELECT rendezvous._check_lease($1)", &[pg_sys::INTERVALOID], &[lease]) }
@@ -161,27 +161,25 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
         kept_plan::connect();
-        let mut outcome = None;
-        for _attempt in 0..5 {
+        let outcome = (0..5).find_map(|_attempt| {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
             let args =
                 [Some(key), task_id, Some(fire_at), host_id, Some(first_token.into()), Some(now), lease];
             if CLAIM.with(|p| p.execute(&args)) == 1 {
                 pg_sys::ForceSyncCommit();
-                outcome = Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
-                break;
+                return Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
             }
             // Someone holds a live lease, or the firing is done (the row is locked by us now).
             if HELD.with(|p| p.execute(&[Some(key)])) == 1 {
                 let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
-                outcome = Some([Some(false.into()), holder, value(0, 2), value(0, 3), value(0, 4)]);
-                break;
+                return Some([Some(false.into()), holder, value(0, 2), value(0, 3), value(0, 4)]);
             }
             // The row was deleted (purged) between the two statements: claim again.
-        }
+            None
+        });
         pg_sys::SPI_finish();
         let Some(outcome) = outcome else {
-            let key = String::from_utf8_lossy(text_bytes(key)).into_owned();
+            let key = String::from_utf8_lossy(varlena_bytes(key)).into_owned();
             raise(
                 PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
                 format!("could not claim {key}: it is being purged concurrently"),
