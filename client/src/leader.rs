@@ -504,7 +504,12 @@ impl Run {
         self.valid_until.store(until.as_nanos() as u64, Ordering::Release);
     }
 
+    /// Starts a term. The metrics come first, so whoever sees `is_leader()` true sees them too.
     fn leader(&self, epoch: i64) {
+        tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
+        metrics::counter!(signals::TERMS_WON, "group" => self.group.clone()).increment(1);
+        metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(1.0);
+        metrics::gauge!(signals::LEADER_EPOCH, "group" => self.group.clone()).set(epoch as f64);
         self.confirm();
         self.publish(Leadership {
             is_leader: true,
@@ -512,10 +517,6 @@ impl Run {
             leader: Some(self.candidate.clone()),
             reason: "holds the lock".into(),
         });
-        tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
-        metrics::counter!(signals::TERMS_WON, "group" => self.group.clone()).increment(1);
-        metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(1.0);
-        metrics::gauge!(signals::LEADER_EPOCH, "group" => self.group.clone()).set(epoch as f64);
     }
 
     /// Ends this elector's term; `kind` names the reason for the metric, `reason` says it in words.

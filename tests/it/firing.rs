@@ -162,8 +162,18 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
             slow.dispatch(&due, &HostSet::new(["slow-host"]), |ctx| {
                 let (fenced_tx, writer) = (fenced_tx.clone(), writer.clone());
                 async move {
-                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                    // Works until other-host has taken the firing over (its lease ran out).
                     let mut w = writer.lock().await;
+                    let start = std::time::Instant::now();
+                    while w
+                        .query_opt("SELECT 1 FROM rendezvous.firings WHERE token = 2", &[])
+                        .await
+                        .unwrap()
+                        .is_none()
+                    {
+                        assert!(start.elapsed() < Duration::from_secs(15), "other-host never took over");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                     let tx = w.transaction().await.unwrap();
                     let fenced = assert_firing(&tx, &ctx.firing, ctx.token).await;
                     fenced_tx

@@ -113,12 +113,14 @@ async fn the_client_reports_admissions_terms_firings_and_live_hosts() {
     dispatcher.dispatch(&due, &hrw::HostSet::new(["h1"]), |_| async { Ok(()) }).await.unwrap();
     membership::heartbeat(&client, "h1", 1.0).await.unwrap();
     membership::heartbeat(&client, "h2", 1.0).await.unwrap();
-    hrw::live_host_set(&client, membership::DEFAULT_STALENESS).await.unwrap();
+    let live = hrw::live_host_set(&client, membership::DEFAULT_STALENESS).await.unwrap();
+    assert!(live.len() >= 2);
     let end = checkpoint();
     assert!(end.counter(signals::FIRINGS_CLAIMED, &[]) >= after.counter(signals::FIRINGS_CLAIMED, &[]) + 3);
     assert!(
         end.counter(signals::FIRINGS_COMPLETED, &[]) >= after.counter(signals::FIRINGS_COMPLETED, &[]) + 3
     );
     assert!(end.samples(signals::FIRING_START_LATENESS) >= after.samples(signals::FIRING_START_LATENESS) + 3);
-    assert!(end.gauge(signals::HOSTS_LIVE, &[]).is_some_and(|n| n >= 2.0));
+    // Set; its value is the last caller's (other tests' schedulers share this process's gauge).
+    assert!(end.gauge(signals::HOSTS_LIVE, &[]).is_some());
 }
