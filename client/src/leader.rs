@@ -383,9 +383,10 @@ impl Run {
     /// Competes on one session until it is lost (Ok(false)) or stop is asked (Ok(true)).
     async fn compete(&mut self, session: &mut Session) -> Result<bool> {
         loop {
+            let asked = self.base.elapsed();
             let claim = self.claim(&session.client, session.pid).await?;
             if claim.is_leader {
-                match self.hold(session, claim.epoch).await? {
+                match self.hold(session, claim.epoch, asked).await? {
                     Held::Stopped => return Ok(true),
                     Held::Lost => return Ok(false),
                 }
@@ -406,8 +407,9 @@ impl Run {
     }
 
     /// Leads until the lock, the session or a confirmation is lost, or stop is asked.
-    async fn hold(&mut self, session: &mut Session, epoch: i64) -> Result<Held> {
-        self.leader(epoch);
+    /// `asked`: when the claim that won the term was sent.
+    async fn hold(&mut self, session: &mut Session, epoch: i64, asked: Duration) -> Result<Held> {
+        self.leader(epoch, asked);
         let mut tick = tokio::time::interval(self.options.refresh);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -424,8 +426,9 @@ impl Run {
                     return Ok(Held::Lost);
                 }
                 _ = tick.tick() => {
+                    let asked = self.base.elapsed();
                     match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)).await {
-                        Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(),
+                        Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(asked),
                         Ok(Ok(c)) => {
                             self.step_down(c.leader.as_ref().map(|_| c.epoch), "lock_lost", format!("lost the lock (epoch now {})", c.epoch));
                             return Ok(Held::Lost);
@@ -499,18 +502,22 @@ impl Run {
         }
     }
 
-    fn confirm(&self) {
-        let until = self.base.elapsed() + self.options.lease();
+    /// Extends the term's lease from `asked`, when the confirming claim was sent (the server
+    /// confirmed the lock at some moment after it, never before): a slow answer does not
+    /// lengthen the lease, so a leader cut off from the server stops within the lease of its
+    /// last confirmation however late that confirmation arrived.
+    fn confirm(&self, asked: Duration) {
+        let until = asked + self.options.lease();
         self.valid_until.store(until.as_nanos() as u64, Ordering::Release);
     }
 
     /// Starts a term. The metrics come first, so whoever sees `is_leader()` true sees them too.
-    fn leader(&self, epoch: i64) {
+    fn leader(&self, epoch: i64, asked: Duration) {
         tracing::info!(group = %self.group, candidate = %self.candidate, epoch, "became leader");
         metrics::counter!(signals::TERMS_WON, "group" => self.group.clone()).increment(1);
         metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(1.0);
         metrics::gauge!(signals::LEADER_EPOCH, "group" => self.group.clone()).set(epoch as f64);
-        self.confirm();
+        self.confirm(asked);
         self.publish(Leadership {
             is_leader: true,
             epoch: Some(epoch),
