@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rendezvous_client::firing::{assert_firing, claim_firing, Clock};
 use rendezvous_client::hrw::HostSet;
 use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
-use rendezvous_tests::TestDb;
+use rendezvous_tests::{wait_for_count, TestDb};
 use tokio::sync::Barrier;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,16 +164,7 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
                 async move {
                     // Works until other-host has taken the firing over (its lease ran out).
                     let mut w = writer.lock().await;
-                    let start = std::time::Instant::now();
-                    while w
-                        .query_opt("SELECT 1 FROM rendezvous.firings WHERE token = 2", &[])
-                        .await
-                        .unwrap()
-                        .is_none()
-                    {
-                        assert!(start.elapsed() < Duration::from_secs(15), "other-host never took over");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
+                    wait_for_count(&w, "SELECT count(*) FROM rendezvous.firings WHERE token = 2", 1).await;
                     let tx = w.transaction().await.unwrap();
                     let fenced = assert_firing(&tx, &ctx.firing, ctx.token).await;
                     fenced_tx
@@ -188,16 +179,7 @@ async fn a_stale_holders_completion_and_fenced_write_are_rejected() {
     };
     // Wait until slow-host holds the claim.
     let watcher = db.connect().await;
-    let start = std::time::Instant::now();
-    while watcher
-        .query_opt("SELECT 1 FROM rendezvous.firings WHERE holder = 'slow-host'", &[])
-        .await
-        .unwrap()
-        .is_none()
-    {
-        assert!(start.elapsed() < Duration::from_secs(10), "slow-host never claimed");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_count(&watcher, "SELECT count(*) FROM rendezvous.firings WHERE holder = 'slow-host'", 1).await;
     // other-host takes over once the lease expired, runs it and completes it.
     let other = Dispatcher::connect(
         &db.url,

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use rendezvous_client::firing::Clock;
 use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};
-use rendezvous_tests::TestDb;
+use rendezvous_tests::{wait_for_count, TestDb};
 
 /// Options for quick tests: short polls and rank delays.
 fn quick() -> SchedulerOptions {
@@ -158,7 +158,7 @@ async fn a_failing_task_is_retried_with_backoff_then_failed_for_good_without_a_h
         .unwrap();
     // 300 ms, then 600 ms backoff: the first firing has failed for good after ~1 s.
     let client = db.connect().await;
-    wait_for(
+    wait_for_count(
         &client,
         "SELECT count(*) FROM (SELECT state FROM rendezvous.status_firings
                                 WHERE task_id = 'flaky' ORDER BY fire_at LIMIT 1) first
@@ -241,7 +241,7 @@ async fn a_handler_error_or_panic_rolls_back_its_writes_and_is_recorded() {
         .await
         .unwrap();
     let client = db.connect().await;
-    wait_for(
+    wait_for_count(
         &client,
         "SELECT count(DISTINCT task_id) FROM rendezvous.status_firings WHERE state = 'failed'",
         2,
@@ -297,7 +297,7 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
         .start()
         .await
         .unwrap();
-    wait_for(&client, "SELECT count(*) FROM starts", 1).await;
+    wait_for_count(&client, "SELECT count(*) FROM starts", 1).await;
     let report = slow.shutdown(Duration::from_millis(300)).await.unwrap();
     assert_eq!((report.finished, report.released), (0, 1));
     let next = Scheduler::builder(&db.url, "next-host")
@@ -307,7 +307,8 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
         .await
         .unwrap();
     let taken = std::time::Instant::now();
-    wait_for(&client, "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", 1).await;
+    wait_for_count(&client, "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", 1)
+        .await;
     assert!(taken.elapsed() < Duration::from_secs(10), "the takeover waited for the lease");
     next.shutdown(Duration::from_secs(2)).await.unwrap();
     let row = client
@@ -325,7 +326,7 @@ async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
     let scheduler =
         Scheduler::builder(&db.url, "h1").options(quick()).task(spec, recording("h1")).start().await.unwrap();
     let client = db.connect().await;
-    wait_for(&client, "SELECT count(*) FROM starts", 2).await;
+    wait_for_count(&client, "SELECT count(*) FROM starts", 2).await;
     for _ in 0..3 {
         let killed: i64 = client
             .query_one(
@@ -340,7 +341,7 @@ async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
     let before: i64 = client.query_one("SELECT count(*) FROM starts", &[]).await.unwrap().get(0);
-    wait_for(&client, "SELECT count(*) FROM starts", before + 2).await;
+    wait_for_count(&client, "SELECT count(*) FROM starts", before + 2).await;
     let stats = scheduler.stats();
     assert!(stats.reconnects >= 1, "{stats:?}");
     scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
@@ -362,17 +363,4 @@ async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
         .get(0);
     let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
     assert_eq!(effects, completed, "an effect without its completion, or the reverse");
-}
-
-/// Waits (up to 15 s) until `query`'s count reaches `n`.
-async fn wait_for(client: &tokio_postgres::Client, query: &str, n: i64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let c: i64 = client.query_one(query, &[]).await.unwrap().get(0);
-        if c >= n {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{query}: {c} < {n} after 15 s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

@@ -150,3 +150,17 @@ impl Drop for Pgbouncer {
         let _ = self.child.wait();
     }
 }
+
+/// Waits (up to 15 s) until `query`'s count reaches `n`: for what other sessions or processes
+/// do in their own time, however busy the machine.
+pub async fn wait_for_count(client: &Client, query: &str, n: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let c: i64 = client.query_one(query, &[]).await.unwrap().get(0);
+        if c >= n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{query}: {c} < {n} after 15 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
