@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `scripts/bench.sh admission`, server side: pgbench runs spawn_run and a plain
 # `INSERT … ON CONFLICT DO NOTHING RETURNING` into a table with the same columns, constraints and
-# unique partial index, interleaved in one loop (each case right after the other), for both
-# protocols and 1, 4 and 16 clients, and once more with synchronous_commit = off; prints the
-# medians over the rounds. spawn_run is read `FROM` it, as the client and most SQL users do.
+# unique partial index, interleaved in one loop (each case right after the other, the order
+# rotating from round to round), for both protocols and 1, 4 and 16 clients, and once more with
+# synchronous_commit = off; prints the medians over the rounds. spawn_run is read both ways SQL
+# allows: `FROM` it (as the client does) and in the select list (one composite value).
 # Then the same for claim_firing + complete_firing against a plain upsert + update. Run by
 # scripts/bench.sh under `rendezvous cluster run` (PGHOST and PGPORT set); fresh keys throughout.
 #   ROUNDS (default 3) rounds of SECONDS_PER_CASE (default 5) per case.
@@ -29,6 +30,10 @@ cat >"$work/spawn_from.sql" <<'SQL'
 \set k random(1, 9000000000000000000)
 SELECT run_id, created, same_request FROM rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
 SQL
+cat >"$work/spawn_list.sql" <<'SQL'
+\set k random(1, 9000000000000000000)
+SELECT rendezvous.spawn_run('tenant', 'reports/nightly', '{}', :client_id || '-' || :k);
+SQL
 
 # tps of one pgbench case: way (a script in $work), protocol, clients, extra PGOPTIONS. Every
 # case starts on empty tables after a checkpoint, so no way pays for rows or dirty pages
@@ -44,26 +49,32 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 cases=()
 for protocol in prepared simple; do for clients in 1 4 16; do cases+=("$protocol $clients"); done; done
 cases+=("prepared 1 -csynchronous_commit=off" "prepared 4 -csynchronous_commit=off")
+ways=(plain spawn_from spawn_list)
 for round in $(seq "$rounds"); do
   for c in "${cases[@]}"; do
     read -r protocol clients opts <<<"$c"
     f=$work/$(echo "$c" | tr ' =' '__')
-    for way in plain spawn_from; do tps "$way" "$protocol" "$clients" "${opts:-}" >>"$f.$way"; done
+    # Each round starts with the next way, so no way always runs first (or last) in a case.
+    for i in 0 1 2; do
+      way=${ways[$(( (round + i) % 3 ))]}
+      tps "$way" "$protocol" "$clients" "${opts:-}" >>"$f.$way"
+    done
   done
 done
 
 echo "Spawn admission in the server: pgbench, spawn_run beside a plain INSERT … ON CONFLICT DO NOTHING"
-echo "RETURNING into a table like rendezvous.runs, interleaved; median tps of $rounds rounds of ${seconds} s"
+echo "RETURNING into a table like rendezvous.runs, interleaved; median tps of $rounds rounds of ${seconds} s;"
+echo "spawn_run read FROM it (as the client does) and in the select list"
 echo
-echo "| protocol | clients | durability | plain INSERT tps | spawn_run tps | spawn_run / plain |"
-echo "|---|---:|---|---:|---:|---:|"
+echo "| protocol | clients | durability | plain INSERT tps | FROM spawn_run tps | / plain | SELECT spawn_run tps | / plain |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|"
 for c in "${cases[@]}"; do
   read -r protocol clients opts <<<"$c"
   f=$work/$(echo "$c" | tr ' =' '__')
-  plain=$(median <"$f.plain"); spawn=$(median <"$f.spawn_from")
+  plain=$(median <"$f.plain"); from=$(median <"$f.spawn_from"); list=$(median <"$f.spawn_list")
   durability=${opts:+synchronous_commit = off}
-  printf '| %s | %s | %s | %.0f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
-    "$plain" "$spawn" "$(echo "$spawn / $plain" | bc -l)"
+  printf '| %s | %s | %s | %.0f | %.0f | %.2f | %.0f | %.2f |\n' "$protocol" "$clients" "${durability:-default}" \
+    "$plain" "$from" "$(echo "$from / $plain" | bc -l)" "$list" "$(echo "$list / $plain" | bc -l)"
 done
 
 # Firing claims in the server: claim_firing then complete_firing, as the client sends them (one
@@ -94,8 +105,13 @@ for round in $(seq "$rounds"); do
   for c in "${fcases[@]}"; do
     read -r protocol clients <<<"$c"
     f=$work/f_$(echo "$c" | tr ' ' '_')
-    tps plain_firing "$protocol" "$clients" >>"$f.plain"
-    tps claim_firing "$protocol" "$clients" >>"$f.claim"
+    if (( round % 2 )); then
+      tps plain_firing "$protocol" "$clients" >>"$f.plain"
+      tps claim_firing "$protocol" "$clients" >>"$f.claim"
+    else
+      tps claim_firing "$protocol" "$clients" >>"$f.claim"
+      tps plain_firing "$protocol" "$clients" >>"$f.plain"
+    fi
   done
 done
 echo
