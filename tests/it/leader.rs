@@ -234,10 +234,10 @@ async fn many_candidates_never_two_leaders_for_one_epoch() {
     let mut seen_epochs = std::collections::BTreeSet::new();
     for round in 0..12 {
         // Each round starts once a new term is led (the previous round deposed its leader).
-        let new_term = |electors: &[LeaderElector], seen: &std::collections::BTreeSet<i64>| {
-            electors.iter().filter_map(|e| e.epoch()).any(|epoch| !seen.contains(&epoch))
-        };
-        wait_until("a new term", Duration::from_secs(10), || new_term(&electors, &seen_epochs)).await;
+        wait_until("a new term", Duration::from_secs(10), || {
+            electors.iter().filter_map(|e| e.epoch()).any(|epoch| !seen_epochs.contains(&epoch))
+        })
+        .await;
         // Sample for a while: at most one leader per epoch, at most one lock holder.
         let until = Instant::now() + Duration::from_millis(150);
         while Instant::now() < until {
