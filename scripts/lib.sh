@@ -52,12 +52,22 @@ as_root() {
 
 # Builds the extension for the major of $PG_CONFIG with `cargo pgrx package` (profile $1: dev
 # or release) into target/package-<profile>-pg<major>, the files under the paths pg_config
-# names; prints that directory.
+# names, and beside its install script the upgrade scripts to this version that sqlgen makes
+# from sql/migrations/ and that install script; prints that directory.
 package_extension() {
-  local flags=() out=$ROOT_DIR/target/package-$1-pg$PG_MAJOR
+  local flags=() out=$ROOT_DIR/target/package-$1-pg$PG_MAJOR extdir version migration
   [ "$1" = release ] || flags=(--debug)
   log "building pg_rendezvous ($1) for PostgreSQL $PG_MAJOR"
+  rm -rf "$out"
   (cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null)
+  extdir=$out$("$PG_CONFIG" --sharedir)/extension
+  version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$extdir/pg_rendezvous.control")
+  for migration in "$ROOT_DIR"/sql/migrations/*--"$version".sql; do
+    [ -e "$migration" ] || continue
+    cargo run --quiet -p rendezvous-sqlgen -- upgrade "$extdir/pg_rendezvous.control" \
+      "$extdir/pg_rendezvous--$version.sql" "$migration" \
+      "$extdir/pg_rendezvous--$(basename "$migration")" >&2
+  done
   echo "$out"
 }
 

@@ -5,7 +5,7 @@
 #   1. setup (packages, the other majors' PostgreSQL, cargo-pgrx, pgrx init; skipped when
 #      present); one style: rustfmt and clippy with warnings as errors; released
 #      install/upgrade scripts unchanged
-#   2. unit tests of the shared HRW crate and the client (`cargo test`), once
+#   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), once
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
 #      user); install the extension into that major, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
@@ -31,8 +31,8 @@ main() {
     exit 1
   }
 
-  log "unit tests: shared HRW crate and client"
-  cargo test --quiet -p rendezvous-hrw -p rendezvous-client
+  log "unit tests: shared HRW crate, client, sqlgen"
+  cargo test --quiet -p rendezvous-hrw -p rendezvous-client -p rendezvous-sqlgen
 
   # Built once, before any cluster starts; this also builds the rendezvous command.
   log "building the rendezvous command, the integration tests and the CLI's tests"
@@ -124,20 +124,31 @@ isolation_specs() {
 }
 
 upgrade_test() {
-  log "upgrade test: 0.1.0 filled, updated through sql/, equal to a fresh install"
-  local dir=$RENDEZVOUS_CLUSTER_DIR
-  cluster_psql -d postgres -c "CREATE DATABASE rendezvous_upgraded" -c "CREATE DATABASE rendezvous_fresh"
-  cluster_psql -d rendezvous_upgraded -o /dev/null -f pg_test/upgrade/fill_0.1.0.sql
-  cluster_psql -d rendezvous_upgraded -c "ALTER EXTENSION pg_rendezvous UPDATE"
-  cluster_psql -d rendezvous_upgraded -f pg_test/upgrade/check.sql
+  local dir=$RENDEZVOUS_CLUSTER_DIR fill from db
+  cluster_psql -d postgres -c "CREATE DATABASE rendezvous_fresh"
   cluster_psql -d rendezvous_fresh -c "CREATE EXTENSION pg_rendezvous"
-  cluster_psql -d rendezvous_upgraded -f pg_test/upgrade/catalog.sql >"$dir/catalog.upgraded"
   cluster_psql -d rendezvous_fresh -f pg_test/upgrade/catalog.sql >"$dir/catalog.fresh"
-  if ! diff -u "$dir/catalog.fresh" "$dir/catalog.upgraded" >&2; then
-    echo "the upgraded catalog differs from a fresh install (- fresh, + upgraded): fix the upgrade script" >&2
-    exit 1
-  fi
-  log "upgraded catalog equals a fresh install ($(grep -c '^member ' "$dir/catalog.fresh") objects)"
+  # Every released version, filled through its own API, updated along the scripts to this one.
+  for fill in pg_test/upgrade/fill_*.sql; do
+    from=$(basename "$fill" .sql); from=${from#fill_}; db=rendezvous_from_${from//./_}
+    log "upgrade test: $from filled, updated to $(extension_version), equal to a fresh install"
+    cluster_psql -d postgres -c "CREATE DATABASE $db"
+    cluster_psql -d "$db" -o /dev/null -f "pg_test/upgrade/fill_$from.sql"
+    cluster_psql -d "$db" -c "ALTER EXTENSION pg_rendezvous UPDATE"
+    cluster_psql -d "$db" -f "pg_test/upgrade/check_$from.sql"
+    cluster_psql -d "$db" -f pg_test/upgrade/catalog.sql >"$dir/catalog.from_$from"
+    if ! diff -u "$dir/catalog.fresh" "$dir/catalog.from_$from" >&2; then
+      echo "the catalog upgraded from $from differs from a fresh install (- fresh, + upgraded):" \
+           "fix sql/migrations/ (tables, types, drops) or sqlgen" >&2
+      exit 1
+    fi
+  done
+  log "upgraded catalogs equal a fresh install ($(grep -c '^member ' "$dir/catalog.fresh") objects)"
+}
+
+# The version CREATE EXTENSION installs by default, from the installed control file.
+extension_version() {
+  sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/pg_rendezvous.control"
 }
 
 integration_tests() {

@@ -1,6 +1,7 @@
 -- Argument checks shared by the SQL functions of every module (22004 for NULL, 22023 for a bad value).
--- Loaded by extension_sql_file! in checks.rs; every name is schema-qualified. A change after a
--- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+-- Loaded by extension_sql_file! in checks.rs; every name is schema-qualified. Functions and views
+-- reach upgrades from here by themselves (sqlgen); a table or type change after a release also
+-- goes into sql/migrations/ (the upgrade test checks they agree).
 
 -- Validates a host id: not NULL, not empty, at most _max_id_bytes() bytes.
 CREATE FUNCTION rendezvous._check_host_id(host_id text) RETURNS void

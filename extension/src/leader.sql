@@ -1,6 +1,7 @@
 -- Leader claims: the leaders table, leader() and assert_leader() (see leader.rs; try_lead and resign are Rust).
--- Loaded by extension_sql_file! in leader.rs; every name is schema-qualified. A change after a
--- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+-- Loaded by extension_sql_file! in leader.rs; every name is schema-qualified. Functions and views
+-- reach upgrades from here by themselves (sqlgen); a table or type change after a release also
+-- goes into sql/migrations/ (the upgrade test checks they agree).
 
 CREATE SEQUENCE rendezvous.leader_lock_ids AS integer MINVALUE 1 NO CYCLE;
 CREATE TABLE rendezvous.leaders (

@@ -4,7 +4,8 @@
 //! file's `schema` makes CREATE EXTENSION create it and put pgrx's generated functions there
 //! (pgrx cannot qualify them without also emitting a conflicting CREATE SCHEMA). Hand-written
 //! SQL lives in a `.sql` file beside its module (`admission.rs` loads `admission.sql`), all of
-//! it schema-qualified; schema changes after a release also go into an upgrade script in `sql/`.
+//! it schema-qualified. Upgrade scripts make every function, view and grant again from these
+//! sources (`sqlgen`); only table and type changes are written by hand, in `sql/migrations/`.
 use pgrx::prelude::*;
 
 mod admission;

@@ -1,6 +1,7 @@
 -- Membership: the live host set, on the database clock (see membership.rs).
--- Loaded by extension_sql_file! in membership.rs; every name is schema-qualified. A change after a
--- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+-- Loaded by extension_sql_file! in membership.rs; every name is schema-qualified. Functions and views
+-- reach upgrades from here by themselves (sqlgen); a table or type change after a release also
+-- goes into sql/migrations/ (the upgrade test checks they agree).
 
 CREATE TABLE rendezvous.hosts (
     host_id    text PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- A database with pg_rendezvous 0.1.0 and data of every kind it keeps, made through its API;
--- public.before_upgrade snapshots the rows so check.sql can compare them after the update.
+-- public.before_upgrade snapshots the rows so check_0.1.0.sql can compare them after the update.
 \set ON_ERROR_STOP 1
 CREATE EXTENSION pg_rendezvous VERSION '0.1.0';
 SELECT rendezvous.heartbeat('host-a');
