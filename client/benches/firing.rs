@@ -17,6 +17,9 @@ struct Row {
     per_sec: f64,
     attempts: u64,
     wasted: u64,
+    /// Hosts whose dispatch ended in an error (each one printed when it happens): the row's
+    /// figures then cover only what the others did.
+    failed_hosts: usize,
 }
 
 async fn dispatch_run(url: &str, name: &'static str, grace: Duration, tag: &str) -> Row {
@@ -38,20 +41,28 @@ async fn dispatch_run(url: &str, name: &'static str, grace: Duration, tag: &str)
     let mut tasks = Vec::new();
     for d in dispatchers {
         let (due, view) = (due.clone(), view.clone());
-        tasks.push(tokio::spawn(
-            async move { d.dispatch(&due, &view, |_ctx| async { Ok(()) }).await.unwrap() },
-        ));
+        tasks.push(tokio::spawn(async move { d.dispatch(&due, &view, |_ctx| async { Ok(()) }).await }));
     }
     let mut attempts = 0;
     let mut wasted = 0;
     let mut executed = 0;
-    for t in tasks {
-        let r = t.await.unwrap();
-        attempts += r.claim_attempts;
-        wasted += r.lost_attempts;
-        executed += r.executed;
+    let mut failed_hosts = 0;
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.expect("a dispatch task panicked") {
+            Ok(r) => {
+                attempts += r.claim_attempts;
+                wasted += r.lost_attempts;
+                executed += r.executed;
+            }
+            Err(e) => {
+                eprintln!("{name}: host-{i} stopped with an error: {e}");
+                failed_hosts += 1;
+            }
+        }
     }
-    assert_eq!(executed as usize, FIRINGS, "{name}: every firing executed once");
+    if failed_hosts == 0 && executed as usize != FIRINGS {
+        eprintln!("{name}: {executed} of {FIRINGS} firings executed");
+    }
     // Throughput from the first due moment to the last completion, on the database clock.
     let admin = rendezvous_client::connect(url).await.unwrap();
     let span: f64 = admin
@@ -62,7 +73,7 @@ async fn dispatch_run(url: &str, name: &'static str, grace: Duration, tag: &str)
         .await
         .unwrap()
         .get(0);
-    Row { name, per_sec: FIRINGS as f64 / span, attempts, wasted }
+    Row { name, per_sec: executed as f64 / span, attempts, wasted, failed_hosts }
 }
 
 async fn skip_locked_run(url: &str) -> Row {
@@ -109,7 +120,13 @@ async fn skip_locked_run(url: &str) -> Row {
     }
     let per_sec = FIRINGS as f64 / start.elapsed().as_secs_f64();
     admin.batch_execute("DROP TABLE bench_queue").await.unwrap();
-    Row { name: "FOR UPDATE SKIP LOCKED queue (batches of 64)", per_sec, attempts, wasted: 0 }
+    Row {
+        name: "FOR UPDATE SKIP LOCKED queue (batches of 64)",
+        per_sec,
+        attempts,
+        wasted: 0,
+        failed_hosts: 0,
+    }
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -124,16 +141,17 @@ async fn main() {
         skip_locked_run(&url).await,
     ];
     println!("Firings claimed + completed, {HOSTS} hosts (one connection each), {FIRINGS} firings, stable membership\n");
-    println!("| way | firings/s | claim attempts | wasted (lost) attempts | wasted % |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| way | firings/s | claim attempts | wasted (lost) attempts | wasted % | hosts failed |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
-            "| {} | {:.0} | {} | {} | {:.2} % |",
+            "| {} | {:.0} | {} | {} | {:.2} % | {} |",
             r.name,
             r.per_sec,
             r.attempts,
             r.wasted,
-            100.0 * r.wasted as f64 / r.attempts.max(1) as f64
+            100.0 * r.wasted as f64 / r.attempts.max(1) as f64,
+            r.failed_hosts
         );
     }
 }

@@ -1,6 +1,7 @@
 -- Exactly-once firing claims: the firings table and its functions (see firing.rs).
--- Loaded by extension_sql_file! in firing.rs; every name is schema-qualified. A change after a
--- release goes into the next upgrade script under sql/ too (the upgrade test checks they agree).
+-- Loaded by extension_sql_file! in firing.rs; every name is schema-qualified. Functions and views
+-- reach upgrades from here by themselves (sqlgen); a table or type change after a release also
+-- goes into sql/migrations/ (the upgrade test checks they agree).
 
 CREATE TABLE rendezvous.firings (
     firing_key   text PRIMARY KEY,
@@ -73,8 +74,14 @@ COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) I
 
 -- Many claims in one call (one transaction, one commit): what a dispatcher uses for a batch
 -- of due firings. Same rules as claim_firing, per element; the result is in input order
--- (a firing given twice reports its one claim twice). Rows are claimed in key order, so two
--- hosts' overlapping batches cannot deadlock.
+-- (a firing given twice reports its one claim twice).
+-- Never fails for contention, whatever the overlap and order of concurrent batches (#28): it
+-- waits only where a wait cannot close a cycle. First the firings nobody has made yet are
+-- inserted as this host's, in key order (an insert waits only for another session's insert
+-- or update of the same key; inserters go in the same order, and updaters of existing rows
+-- hold nothing this call holds). Then free existing firings (unfinished, lease over) are
+-- locked without waiting (SKIP LOCKED: one another session holds a lock on is reported as not
+-- claimed, with the holder it shows) and taken over with the next token.
 CREATE FUNCTION rendezvous.claim_firings(
     task_ids text[],
     fire_ats timestamptz[],
@@ -87,7 +94,9 @@ AS $$
 #variable_conflict use_column
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
-    won text[];
+    due_keys text[];
+    made text[];
+    taken text[];
     -- Tokens stay above any a timeline before this one handed out (fencing.rs).
     floor_ bigint := rendezvous._fence_floor();
 BEGIN
@@ -99,30 +108,47 @@ BEGIN
     END IF;
     PERFORM rendezvous._check_host_id(claim_firings.host_id);
     PERFORM rendezvous._check_lease(claim_firings.lease);
+    -- Never before it is due by the database clock, whatever the caller's clock says.
+    SELECT coalesce(array_agg(DISTINCT rendezvous.firing_key(u.task_id, u.fire_at)), '{}') INTO due_keys
+      FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
+     WHERE u.fire_at <= now_;
     WITH input AS (
-        SELECT rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
+        SELECT DISTINCT ON (rendezvous.firing_key(u.task_id, u.fire_at))
+               rendezvous.firing_key(u.task_id, u.fire_at) AS fk, u.task_id, u.fire_at
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
-         -- Never before it is due by the database clock, whatever the caller's clock says.
          WHERE u.fire_at <= now_
-    ), claimed_now AS (
+         ORDER BY 1
+    ), inserted AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-        SELECT DISTINCT ON (i.fk) i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_,
-               now_ + claim_firings.lease
+        SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease
           FROM input i ORDER BY i.fk
-        ON CONFLICT (firing_key) DO UPDATE
-           SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token), claimed_at = excluded.claimed_at,
-               lease_until = excluded.lease_until, attempts = f.attempts + 1
-         WHERE f.completed_at IS NULL AND f.lease_until <= excluded.claimed_at
+        ON CONFLICT (firing_key) DO NOTHING
         RETURNING f.firing_key
     )
-    SELECT coalesce(array_agg(c.firing_key), '{}') INTO won FROM claimed_now c;
-    IF cardinality(won) > 0 THEN
+    SELECT coalesce(array_agg(n.firing_key), '{}') INTO made FROM inserted n;
+    WITH free AS (
+        SELECT f.firing_key
+          FROM rendezvous.firings f
+         WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
+           AND f.completed_at IS NULL AND f.lease_until <= now_
+         ORDER BY f.firing_key
+           FOR UPDATE SKIP LOCKED
+    ), updated AS (
+        UPDATE rendezvous.firings f
+           SET holder = claim_firings.host_id, token = greatest(f.token + 1, floor_), claimed_at = now_,
+               lease_until = now_ + claim_firings.lease, attempts = f.attempts + 1
+          FROM free
+         WHERE f.firing_key = free.firing_key
+        RETURNING f.firing_key
+    )
+    SELECT coalesce(array_agg(u.firing_key), '{}') INTO taken FROM updated u;
+    IF cardinality(made) + cardinality(taken) > 0 THEN
         PERFORM rendezvous._durable_commit();
     END IF;
     -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
     -- A firing not yet due: not claimed, no holder, and lease_until is when it will be due.
     RETURN QUERY
-        SELECT u.ord::integer, coalesce(f.firing_key = ANY (won), false), f.holder, f.token,
+        SELECT u.ord::integer, coalesce(f.firing_key = ANY (made) OR f.firing_key = ANY (taken), false), f.holder, f.token,
                coalesce(f.completed_at IS NOT NULL, false),
                CASE WHEN u.fire_at > now_ THEN u.fire_at ELSE f.lease_until END
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
@@ -134,7 +160,8 @@ $$;
 COMMENT ON FUNCTION rendezvous.claim_firings(text[], timestamptz[], text, interval) IS
     'claim_firing for many firings in one call; results in input order (ord). A firing not yet due by the database clock is not claimed (holder and token NULL, lease_until = fire_at).';
 
--- Many completions in one call; per element, true when the token was current.
+-- Many completions in one call; per element, true when the token was current. Waits for a
+-- row another session holds, never in an order that could close a cycle (#28).
 CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestamptz[], tokens bigint[])
 RETURNS TABLE (ord integer, completed boolean)
 LANGUAGE plpgsql VOLATILE
@@ -153,6 +180,14 @@ BEGIN
             USING ERRCODE = '22004';
     END IF;
     PERFORM rendezvous._durable_commit();
+    -- Rows are locked in key order first: an UPDATE joined to a list takes its rows in the
+    -- join's order, and two overlapping calls taking them in different orders could deadlock.
+    PERFORM 1
+       FROM rendezvous.firings f
+      WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
+                               FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
+      ORDER BY f.firing_key
+        FOR NO KEY UPDATE;
     RETURN QUERY
         WITH done AS (
             UPDATE rendezvous.firings f

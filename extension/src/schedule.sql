@@ -1,6 +1,7 @@
 -- The scheduler: recurring tasks whose firings the database makes due on its own clock (see
 -- schedule.rs, docs/schedules.md). Loaded by extension_sql_file! in schedule.rs; every name is
--- schema-qualified. A change after a release goes into the next upgrade script under sql/ too.
+-- schema-qualified. Functions reach upgrades from here by themselves (sqlgen); a table change
+-- after a release also goes into sql/migrations/.
 --
 -- A task's row holds its schedule, its policies, and next_fire_at: the first fire time not yet
 -- turned into a firing. due_firings() turns every task whose next_fire_at has come (by the
@@ -240,6 +241,8 @@ BEGIN
         INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
         SELECT rendezvous.firing_key(d.task_id, r.at), d.task_id, r.at, NULL, 0, NULL, r.at, 0
           FROM decided d CROSS JOIN LATERAL unnest(d.run_at) AS r(at)
+         -- In key order, as claim_firings inserts: inserts of one key wait for each other.
+         ORDER BY 1
         ON CONFLICT (firing_key) DO NOTHING
     )
     UPDATE rendezvous.tasks tk

@@ -395,3 +395,123 @@ async fn a_fast_clock_never_starts_a_firing_before_it_is_due_by_the_database_clo
         assert!(at >= fire_at, "started {:?} before it was due", fire_at.duration_since(*at).unwrap());
     }
 }
+
+/// Batch claims never fail for contention alone (#28): 8 claimers with fully overlapping batches,
+/// each in its own order and chunking, half of the firings made beforehand (a scheduler's pending
+/// rows) and half new, completions running beside the claims. No call may fail (a 40P01 or 40001
+/// would), and every firing is won exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn overlapping_batches_in_any_order_never_deadlock_and_each_firing_is_won_once() {
+    const CLAIMERS: usize = 8;
+    const FIRINGS: usize = 400;
+    let db = TestDb::new("fire_overlap").await;
+    let admin = db.connect().await;
+    let fire_at = SystemTime::now() - Duration::from_secs(60);
+    for round in 0..12 {
+        let due: Vec<Firing> = (0..FIRINGS).map(|i| Firing::new(format!("r{round}-{i}"), fire_at)).collect();
+        // Every other firing exists already, unclaimed, as due_firings makes them.
+        admin
+            .execute(
+                "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
+                 SELECT rendezvous.firing_key(t, $2), t, $2, NULL, 0, NULL, $2, 0
+                   FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) WHERE n % 2 = 0",
+                &[&due.iter().map(|f| f.task_id.clone()).collect::<Vec<_>>(), &fire_at],
+            )
+            .await
+            .unwrap();
+        let barrier = Arc::new(Barrier::new(CLAIMERS));
+        let mut tasks = Vec::new();
+        for c in 0..CLAIMERS {
+            let client = db.connect().await;
+            let (barrier, mut order) = (barrier.clone(), due.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64((round * CLAIMERS + c) as u64);
+                // Claimer 0 keeps the input order; the others shuffle it; chunk sizes differ.
+                if c > 0 {
+                    use rand::seq::SliceRandom;
+                    order.shuffle(&mut rng);
+                }
+                let chunk = [400, 7, 64, 150, 33, 256, 1, 100][c];
+                let host = format!("host-{c}");
+                barrier.wait().await;
+                let mut won = Vec::new();
+                for batch in order.chunks(chunk) {
+                    let refs: Vec<&Firing> = batch.iter().collect();
+                    let claims = rendezvous_client::firing::claim_firings(
+                        &client,
+                        &refs,
+                        &host,
+                        Duration::from_secs(60),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("claimer {c}: claim_firings failed: {e:?}"));
+                    let mine: Vec<(&Firing, i64)> = batch
+                        .iter()
+                        .zip(&claims)
+                        .filter_map(|(f, cl)| {
+                            cl.as_ref().filter(|cl| cl.claimed).map(|cl| (f, cl.token.unwrap()))
+                        })
+                        .collect();
+                    let done = rendezvous_client::firing::complete_firings(&client, &mine)
+                        .await
+                        .unwrap_or_else(|e| panic!("claimer {c}: complete_firings failed: {e:?}"));
+                    assert!(done.iter().all(|d| *d), "claimer {c}: a fresh claim's completion was refused");
+                    won.extend(mine.iter().map(|(f, _)| f.task_id.clone()));
+                }
+                won
+            }));
+        }
+        let mut wins: HashMap<String, u32> = HashMap::new();
+        for t in tasks {
+            for task_id in t.await.unwrap() {
+                *wins.entry(task_id).or_default() += 1;
+            }
+        }
+        assert_eq!(wins.len(), FIRINGS, "round {round}: every firing won");
+        assert!(wins.values().all(|n| *n == 1), "round {round}: a firing won twice: {wins:?}");
+    }
+}
+
+/// Everyone claims everything (#28): 8 dispatchers with the rank delays off dispatch the same
+/// firings at once; none fails, and each firing is executed once.
+#[tokio::test(flavor = "multi_thread")]
+async fn dispatchers_without_rank_delays_never_deadlock() {
+    let db = TestDb::new("fire_no_grace").await;
+    let hosts: Vec<String> = (0..8).map(|i| format!("host-{i}")).collect();
+    let view = HostSet::new(&hosts);
+    for round in 0..3 {
+        let fire_at = SystemTime::now();
+        let due: Vec<Firing> = (0..2000).map(|i| Firing::new(format!("all-{round}-{i}"), fire_at)).collect();
+        let executions: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for h in &hosts {
+            let options = DispatcherOptions::default()
+                .with_grace(Duration::ZERO)
+                .with_lease(Duration::from_secs(60))
+                .with_poll(Duration::from_millis(50))
+                .with_max_in_flight(256)
+                .with_clock(Clock::Database);
+            let dispatcher = Dispatcher::connect(&db.url, h, options).await.unwrap();
+            let (due, view, executions) = (due.clone(), view.clone(), executions.clone());
+            tasks.push(tokio::spawn(async move {
+                dispatcher
+                    .dispatch(&due, &view, move |ctx| {
+                        let executions = executions.clone();
+                        async move {
+                            *executions.lock().unwrap().entry(ctx.firing.task_id.clone()).or_default() += 1;
+                            Ok(())
+                        }
+                    })
+                    .await
+            }));
+        }
+        for (i, t) in tasks.into_iter().enumerate() {
+            if let Err(e) = t.await.unwrap() {
+                panic!("round {round}: dispatcher {i} failed: {e:?}");
+            }
+        }
+        let executions = executions.lock().unwrap();
+        assert_eq!(executions.len(), due.len(), "round {round}: every firing executed");
+        assert!(executions.values().all(|n| *n == 1), "round {round}: a firing executed twice");
+    }
+}
