@@ -1,6 +1,7 @@
 //! Integration tests against a real cluster, through the client. Run by scripts/test.sh.
 mod admission;
 mod contract;
+mod docs;
 mod durability;
 mod firing;
 mod hrw;
