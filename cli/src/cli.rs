@@ -193,6 +193,83 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Splits a shell command line into words ('…' and "…" quoting, no expansion).
+    fn shell_words(line: &str) -> Vec<String> {
+        let (mut words, mut cur, mut quote, mut in_word) = (Vec::new(), String::new(), None, false);
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), c) => cur.push(c),
+                (None, '\'' | '"') => (quote, in_word) = (Some(c), true),
+                (None, c) if c.is_whitespace() => {
+                    if in_word {
+                        words.push(std::mem::take(&mut cur));
+                    }
+                    in_word = false;
+                }
+                (None, c) => (cur, in_word) = (cur + &c.to_string(), true),
+            }
+        }
+        if in_word {
+            words.push(cur);
+        }
+        words
+    }
+
+    /// Every `rendezvous …` command line the README and docs/ show (code lines and inline code,
+    /// not synopses with placeholders) parses: a renamed or removed flag fails here.
+    #[test]
+    fn every_command_line_in_the_docs_parses() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+        let mut files = vec![format!("{root}/README.md")];
+        for entry in std::fs::read_dir(format!("{root}/docs")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path.display().to_string());
+            }
+        }
+        let subcommands = ["fleet", "status", "dashboard", "admin", "cluster"];
+        let (mut checked, mut problems) = (0, Vec::new());
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for line in text.lines() {
+                // A code line, or each complete inline code span of a prose line.
+                let candidates: Vec<&str> = if line.starts_with("rendezvous ") {
+                    vec![line.split(" # ").next().unwrap_or_default()]
+                } else {
+                    line.split('`').skip(1).step_by(2).filter(|c| c.starts_with("rendezvous ")).collect()
+                };
+                for command in candidates {
+                    let words = shell_words(command);
+                    let placeholder = ["[", "<", "...", "COMMAND", "…"].iter().any(|p| command.contains(p));
+                    if words.len() < 2 || !subcommands.contains(&words[1].as_str()) || placeholder {
+                        continue;
+                    }
+                    checked += 1;
+                    // A command named in prose (`rendezvous cluster run`) may leave out what it
+                    // requires; any flag or value it shows must exist and be valid.
+                    if let Err(e) = Cli::try_parse_from(&words) {
+                        use clap::error::ErrorKind::*;
+                        let partial = [
+                            DisplayHelp,
+                            DisplayHelpOnMissingArgumentOrSubcommand,
+                            MissingRequiredArgument,
+                            MissingSubcommand,
+                        ];
+                        if !partial.contains(&e.kind()) {
+                            problems.push(format!(
+                                "{file}: `{command}`: {}",
+                                e.to_string().lines().next().unwrap_or("")
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked >= 10, "only {checked} command lines found in the docs");
+        assert!(problems.is_empty(), "command lines in the docs that do not parse:\n{}", problems.join("\n"));
+    }
+
     #[test]
     fn fleet_defaults_are_the_documented_ones() {
         let Command::Fleet(o) = parse(&["fleet"]).unwrap() else { panic!() };

@@ -134,3 +134,69 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant's name. A match with no `_` arm: a new variant does not compile until it is
+    /// named here, and then the docs test below asks for it in docs/client.md.
+    fn variant_name(e: &Error) -> &'static str {
+        match e {
+            Error::ExtensionMissing => "ExtensionMissing",
+            Error::VersionMismatch { .. } => "VersionMismatch",
+            Error::AlgorithmMismatch { .. } => "AlgorithmMismatch",
+            Error::InvalidArgument(_) => "InvalidArgument",
+            Error::Weights(_) => "Weights",
+            Error::Disconnected(_) => "Disconnected",
+            Error::PoolerDetected(_) => "PoolerDetected",
+            Error::ClaimLost(_) => "ClaimLost",
+            Error::NotReplicated(_) => "NotReplicated",
+            Error::TaskFailed(_) => "TaskFailed",
+            Error::Connect(_) => "Connect",
+            Error::Db(_) => "Db",
+        }
+    }
+
+    const VARIANTS: &[&str] = &[
+        "ExtensionMissing",
+        "VersionMismatch",
+        "AlgorithmMismatch",
+        "InvalidArgument",
+        "Weights",
+        "Disconnected",
+        "PoolerDetected",
+        "ClaimLost",
+        "NotReplicated",
+        "TaskFailed",
+        "Connect",
+        "Db",
+    ];
+
+    #[test]
+    fn the_variant_list_is_complete() {
+        // The examples that can be made without a driver error; the match above covers the rest.
+        for e in [Error::ExtensionMissing, Error::ClaimLost(String::new()), Error::TaskFailed(String::new())]
+        {
+            assert!(VARIANTS.contains(&variant_name(&e)));
+        }
+        assert_eq!(VARIANTS.len(), 12, "name a new variant in variant_name and VARIANTS");
+    }
+
+    /// docs/client.md's error table names each variant once, in the enum's order, and nothing else.
+    #[test]
+    fn client_md_error_table_lists_every_variant() {
+        let md = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/client.md")).unwrap();
+        let section = md.split("\n## Errors\n").nth(1).expect("docs/client.md has an Errors section");
+        let section = section.split("\n## ").next().unwrap_or_default();
+        let documented: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .map(|l| l.split(['`', ' ', '(', '{']).next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            documented, VARIANTS,
+            "docs/client.md's error table differs from rendezvous_client::Error"
+        );
+    }
+}
