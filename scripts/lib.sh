@@ -59,14 +59,15 @@ package_extension() {
   [ "$1" = release ] || flags=(--debug)
   log "building pg_rendezvous ($1) for PostgreSQL $PG_MAJOR"
   rm -rf "$out"
-  (cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null)
+  # (Command substitutions do not inherit errexit: every step below says when it failed.)
+  (cd "$ROOT_DIR/extension" && cargo pgrx package --pg-config "$PG_CONFIG" "${flags[@]}" --out-dir "$out" >/dev/null) || return 1
   extdir=$out$("$PG_CONFIG" --sharedir)/extension
   version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$extdir/pg_rendezvous.control")
   for migration in "$ROOT_DIR"/sql/migrations/*--"$version".sql; do
     [ -e "$migration" ] || continue
     cargo run --quiet -p rendezvous-sqlgen -- upgrade "$extdir/pg_rendezvous.control" \
       "$extdir/pg_rendezvous--$version.sql" "$migration" \
-      "$extdir/pg_rendezvous--$(basename "$migration")" >&2
+      "$extdir/pg_rendezvous--$(basename "$migration")" >&2 || return 1
   done
   echo "$out"
 }

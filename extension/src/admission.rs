@@ -16,7 +16,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::c_function::{arg, composite, v1_info, varlena_bytes};
-use crate::checks::{check_text_datum, MAX_ID_BYTES};
+use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::raise;
 use crate::kept_plan::{self, value, KeptPlan};
 
@@ -30,9 +30,23 @@ const MAX_DISPATCH_KEY_BYTES: i32 = 512;
 thread_local! {
     /// The admission itself: a new run, or nothing when the key is taken.
     static INSERT: KeptPlan = const { KeptPlan::new(
+        "INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key, max_attempts, retry_backoff) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::INTERVALOID],
+    ) };
+    /// INSERT for a database still on 0.2.0's tables and declaration (spawn_run without a
+    /// retry policy): this library installed, `ALTER EXTENSION … UPDATE` not yet run.
+    static INSERT_0_2: KeptPlan = const { KeptPlan::new(
         "INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID],
+    ) };
+    /// A new run is announced, so an idle worker starts it without waiting for its next poll
+    /// (one notification per transaction, whatever it admits).
+    static ANNOUNCE: KeptPlan = const { KeptPlan::new(
+        "SELECT pg_catalog.pg_notify('rendezvous_runs', '')",
+        &[],
     ) };
     /// The run a yielded insert yielded to, and whether it was the same request.
     static EXISTING: KeptPlan = const { KeptPlan::new(
@@ -43,7 +57,8 @@ thread_local! {
     ) };
 }
 
-/// `rendezvous.spawn_run(tenant_id, workflow_ref, input, dispatch_key) → rendezvous.admission`.
+/// `rendezvous.spawn_run(tenant_id, workflow_ref, input, dispatch_key, max_attempts, retry_backoff)
+/// → rendezvous.admission`.
 ///
 /// A plain C-language function, not set-returning, so `SELECT rendezvous.spawn_run(…)` costs
 /// one function call: the admission's hot path runs at the speed of the insert it makes.
@@ -64,23 +79,63 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
         if dispatch_key.is_some() {
             check_text_datum(c"dispatch_key", dispatch_key, MAX_DISPATCH_KEY_BYTES);
         }
-        let args = [tenant_id, workflow_ref, input, dispatch_key];
-        let (run_id, created, same_request) = admit(&args);
+        // 0.2.0's declaration has four arguments and its tables no retry policy.
+        let current = (*fcinfo).nargs >= 6;
+        let (max_attempts, retry_backoff) = (arg(fcinfo, 4), arg(fcinfo, 5));
+        if current {
+            check_retry_policy(max_attempts, retry_backoff);
+        }
+        let args = [tenant_id, workflow_ref, input, dispatch_key, max_attempts, retry_backoff];
+        let (run_id, created, same_request) = admit(&args, current);
         composite(fcinfo, &[Some(run_id.into()), Some(created.into()), Some(same_request.into())])
     }
 }
 
+/// Checks a retry policy as `_check_retry_policy` does (which raises, with its messages, when
+/// it fails): max_attempts 1 to 1000, retry_backoff finite and not negative.
+///
+/// # Safety
+/// `max_attempts` is an `integer` datum and `retry_backoff` an `interval` one, when present.
+unsafe fn check_retry_policy(max_attempts: Option<pg_sys::Datum>, retry_backoff: Option<pg_sys::Datum>) {
+    let attempts_ok = max_attempts.is_some_and(|d| (1..=1000).contains(&(d.value() as i32)));
+    let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
+    let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
+    let backoff_ok = retry_backoff.is_some_and(|d| unsafe {
+        let not_negative = pgrx::direct_function_call::<bool>(pg_sys::interval_ge, &[Some(d), Some(zero)]);
+        let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
+        not_negative == Some(true) && finite == Some(true)
+    });
+    if !(attempts_ok && backoff_ok) {
+        unsafe {
+            raise_sql_check(
+                c"SELECT rendezvous._check_retry_policy($1, $2)",
+                &[pg_sys::INT4OID, pg_sys::INTERVALOID],
+                &[max_attempts, retry_backoff],
+            )
+        }
+    }
+}
+
 /// `(run_id, created, same_request)`: the insert's, or the run it yielded to.
-unsafe fn admit(args: &[Option<pg_sys::Datum>; 4]) -> (i64, bool, bool) {
+unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool, bool) {
     unsafe {
         kept_plan::connect();
+        let key_args = [args[0], args[1], args[2], args[3]];
+        let insert = || {
+            if current {
+                INSERT.with(|p| p.execute(args))
+            } else {
+                INSERT_0_2.with(|p| p.execute(&key_args))
+            }
+        };
         let admitted = (0..5).find_map(|_attempt| {
-            if INSERT.with(|p| p.execute(args)) == 1 {
+            if insert() == 1 {
                 let run_id = value(0, 1).expect("run_id is NOT NULL");
+                ANNOUNCE.with(|p| p.execute(&[]));
                 return Some((run_id.value() as i64, true, true));
             }
             // Without a key nothing can conflict; with one, read the run it yielded to.
-            if EXISTING.with(|p| p.execute(args)) == 1 {
+            if EXISTING.with(|p| p.execute(&key_args)) == 1 {
                 let run_id = value(0, 1).expect("run_id is NOT NULL");
                 let same = value(0, 2).is_some_and(|d| d.value() != 0);
                 return Some((run_id.value() as i64, false, same));

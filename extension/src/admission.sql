@@ -15,13 +15,34 @@ CREATE TABLE rendezvous.runs (
     CONSTRAINT runs_state_valid CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
     CONSTRAINT runs_tenant_id_valid CHECK (tenant_id <> '' AND octet_length(tenant_id) <= rendezvous._max_id_bytes()),
     CONSTRAINT runs_workflow_ref_valid CHECK (workflow_ref <> '' AND octet_length(workflow_ref) <= 1024),
-    CONSTRAINT runs_dispatch_key_valid CHECK (dispatch_key <> '' AND octet_length(dispatch_key) <= 512)
+    CONSTRAINT runs_dispatch_key_valid CHECK (dispatch_key <> '' AND octet_length(dispatch_key) <= 512),
+    -- Execution (0.3.0; the upgrade adds these columns last, so a fresh install does too).
+    holder         text,
+    token          bigint NOT NULL DEFAULT 0,
+    attempts       integer NOT NULL DEFAULT 0,
+    max_attempts   integer NOT NULL DEFAULT 3,
+    retry_backoff  interval NOT NULL DEFAULT '10 seconds',
+    runnable_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    lease_until    timestamptz,
+    holder_pid     integer,
+    holder_started timestamptz,
+    output         jsonb,
+    last_error     text,
+    CONSTRAINT runs_max_attempts_valid CHECK (max_attempts BETWEEN 1 AND 1000),
+    CONSTRAINT runs_retry_backoff_valid CHECK (retry_backoff >= interval '0' AND isfinite(retry_backoff))
 );
 COMMENT ON TABLE rendezvous.runs IS 'Admitted runs; (tenant_id, dispatch_key) is unique where dispatch_key is set.';
+COMMENT ON COLUMN rendezvous.runs.runnable_at IS
+    'A pending run''s first claimable instant (admission, or the end of a retry backoff), database clock.';
+COMMENT ON COLUMN rendezvous.runs.holder IS
+    'The host running it (state running), with its token, lease and session (holder_pid, holder_started); the claim ends with that session.';
 CREATE UNIQUE INDEX runs_tenant_dispatch_key ON rendezvous.runs (tenant_id, dispatch_key)
     WHERE dispatch_key IS NOT NULL;
 CREATE INDEX runs_finished ON rendezvous.runs (updated_at)
     WHERE state IN ('succeeded', 'failed', 'cancelled');
+-- What claim_runs reads: pending runs, oldest first; and running ones, for holders gone.
+CREATE INDEX runs_runnable ON rendezvous.runs (runnable_at, run_id) WHERE state = 'pending';
+CREATE INDEX runs_running ON rendezvous.runs (lease_until) WHERE state = 'running';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs_run_id_seq', '');
 
@@ -33,39 +54,37 @@ COMMENT ON TYPE rendezvous.admission IS
     'spawn_run''s result: the run, whether this call created it, and (for a repeat) whether it carried the same workflow_ref and input.';
 
 -- In Rust (admission.rs): the checks, then one kept INSERT … ON CONFLICT DO NOTHING plan, and
--- a kept read of the run it yielded to. Runs as the extension's owner (privileges.sql).
+-- a kept read of the run it yielded to. Runs as the extension's owner (privileges.sql). A new
+-- run is announced on channel rendezvous_runs (runs.sql), so an idle worker starts it at once.
 CREATE FUNCTION rendezvous.spawn_run(
-    tenant_id    text,
-    workflow_ref text,
-    input        jsonb DEFAULT '{}',
-    dispatch_key text DEFAULT NULL
+    tenant_id     text,
+    workflow_ref  text,
+    input         jsonb DEFAULT '{}',
+    dispatch_key  text DEFAULT NULL,
+    max_attempts  integer DEFAULT 3,
+    retry_backoff interval DEFAULT '10 seconds'
 ) RETURNS rendezvous.admission
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'rendezvous_spawn_run';
-COMMENT ON FUNCTION rendezvous.spawn_run(text, text, jsonb, text) IS
-    'Admits a run; with a dispatch_key, a repeat returns the first run (created = false, same_request tells whether workflow_ref and input matched).';
+COMMENT ON FUNCTION rendezvous.spawn_run(text, text, jsonb, text, integer, interval) IS
+    'Admits a run; with a dispatch_key, a repeat returns the first run (created = false, same_request tells whether workflow_ref and input matched). A failed attempt is retried after retry_backoff (doubling, at most 1 hour) until max_attempts attempts.';
 
-CREATE FUNCTION rendezvous.set_run_state(run_id bigint, state text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE
+-- Validates a run's retry policy (spawn_run raises through it, with these messages).
+CREATE FUNCTION rendezvous._check_retry_policy(max_attempts integer, retry_backoff interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-#variable_conflict use_variable
 BEGIN
-    IF run_id IS NULL THEN
-        RAISE EXCEPTION 'run_id must not be NULL' USING ERRCODE = '22004';
-    ELSIF state IS NULL THEN
-        RAISE EXCEPTION 'state must not be NULL' USING ERRCODE = '22004';
-    ELSIF state NOT IN ('pending', 'running', 'succeeded', 'failed', 'cancelled') THEN
-        RAISE EXCEPTION 'state must be one of pending, running, succeeded, failed, cancelled (got %)', state
-            USING ERRCODE = '22023';
+    IF max_attempts IS NULL OR retry_backoff IS NULL THEN
+        RAISE EXCEPTION 'max_attempts and retry_backoff must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000 (got %)', max_attempts USING ERRCODE = '22023';
+    ELSIF retry_backoff < interval '0' OR NOT isfinite(retry_backoff) THEN
+        RAISE EXCEPTION 'retry_backoff must be finite and not negative (got %)', retry_backoff USING ERRCODE = '22023';
     END IF;
-    UPDATE rendezvous.runs r SET state = state, updated_at = pg_catalog.clock_timestamp()
-     WHERE r.run_id = run_id;
-    RETURN FOUND;
 END
 $$;
-COMMENT ON FUNCTION rendezvous.set_run_state(bigint, text) IS 'Moves a run to a state; false if there is no such run.';
 
 CREATE FUNCTION rendezvous.purge_runs(older_than interval) RETURNS bigint
 LANGUAGE plpgsql VOLATILE

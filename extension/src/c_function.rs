@@ -7,13 +7,14 @@ use pgrx::prelude::*;
 
 use crate::errors::raise;
 
-/// Argument `index` of the call as a datum, `None` for SQL NULL.
+/// Argument `index` of the call as a datum, `None` for SQL NULL, and for an argument the
+/// function's declaration does not have (an older version's, with fewer arguments).
 ///
 /// # Safety
-/// `fcinfo` is the current call's and has an argument `index`.
+/// `fcinfo` is the current call's.
 pub(crate) unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<pg_sys::Datum> {
     unsafe {
-        let a = &(*fcinfo).args.as_slice((*fcinfo).nargs as usize)[index];
+        let a = (*fcinfo).args.as_slice((*fcinfo).nargs as usize).get(index)?;
         (!a.isnull).then_some(a.value)
     }
 }

@@ -15,13 +15,13 @@ use pgrx::prelude::*;
 use crate::c_function::{arg, composite, v1_info, varlena_bytes};
 use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
-use crate::fencing;
 use crate::kept_plan::{self, value, KeptPlan};
+use crate::{fencing, holder};
 
 extension_sql_file!(
     "firing.sql",
     name = "firing",
-    requires = ["checks", durable_commit, fencing::fence_floor]
+    requires = ["checks", "holder", durable_commit, fencing::fence_floor]
 );
 
 /// Makes the current transaction's commit durable before it is acknowledged, whatever the
@@ -44,9 +44,29 @@ fn durable_commit() {
 const FIRST_AD_INSTANT: i64 = -63_082_281_600_000_000;
 
 thread_local! {
-    /// A first claim inserts (token 1, or the timeline's floor); a claim on an expired,
-    /// uncompleted lease takes it over with the next token; anything else changes nothing.
+    /// A first claim inserts (token 1, or the timeline's floor); a claim on an uncompleted
+    /// firing whose lease ran out or whose holder's session is gone (holder.rs) takes it over
+    /// with the next token; anything else changes nothing. The claim records this session.
     static CLAIM: KeptPlan = const { KeptPlan::new(
+        "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, \
+                                             holder_pid, holder_started) \
+         VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7, \
+                 pg_catalog.pg_backend_pid(), rendezvous._session_started()) \
+         ON CONFLICT (firing_key) DO UPDATE \
+            SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
+                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
+                attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
+                holder_pid = excluded.holder_pid, holder_started = excluded.holder_started \
+          WHERE f.completed_at IS NULL \
+            AND (f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
+                 OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))) \
+         RETURNING f.token, f.lease_until",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
+          pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
+    ) };
+    /// CLAIM for a database still on 0.2.0's tables (no holder session recorded): this library
+    /// installed, `ALTER EXTENSION … UPDATE` not yet run. The lease alone ends such a claim.
+    static CLAIM_0_2: KeptPlan = const { KeptPlan::new(
         "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until) \
          VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7) \
          ON CONFLICT (firing_key) DO UPDATE \
@@ -160,12 +180,13 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         }
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
+        let claim = if holder::has_column(c"firings", c"holder_pid") { &CLAIM } else { &CLAIM_0_2 };
         kept_plan::connect();
         let outcome = (0..5).find_map(|_attempt| {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
             let args =
                 [Some(key), task_id, Some(fire_at), host_id, Some(first_token.into()), Some(now), lease];
-            if CLAIM.with(|p| p.execute(&args)) == 1 {
+            if claim.with(|p| p.execute(&args)) == 1 {
                 pg_sys::ForceSyncCommit();
                 return Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
             }

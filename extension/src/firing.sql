@@ -15,7 +15,10 @@ CREATE TABLE rendezvous.firings (
     attempts     integer NOT NULL DEFAULT 1,
     failures     integer NOT NULL DEFAULT 0,
     failed_at    timestamptz,
-    last_error   text
+    last_error   text,
+    -- The holder's session (holder.rs): the claim ends with it (0.3.0, added last).
+    holder_pid     integer,
+    holder_started timestamptz
 );
 COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
 COMMENT ON COLUMN rendezvous.firings.holder IS
@@ -79,7 +82,8 @@ COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) I
 -- waits only where a wait cannot close a cycle. First the firings nobody has made yet are
 -- inserted as this host's, in key order (an insert waits only for another session's insert
 -- or update of the same key; inserters go in the same order, and updaters of existing rows
--- hold nothing this call holds). Then free existing firings (unfinished, lease over) are
+-- hold nothing this call holds). Then free existing firings (unfinished; lease over, or the
+-- holder's session gone) are
 -- locked without waiting (SKIP LOCKED: one another session holds a lock on is reported as not
 -- claimed, with the holder it shows) and taken over with the next token.
 CREATE FUNCTION rendezvous.claim_firings(
@@ -119,8 +123,10 @@ BEGIN
          WHERE u.fire_at <= now_
          ORDER BY 1
     ), inserted AS (
-        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until)
-        SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease
+        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
+                                             holder_pid, holder_started)
+        SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease,
+               pg_catalog.pg_backend_pid(), rendezvous._session_started()
           FROM input i ORDER BY i.fk
         ON CONFLICT (firing_key) DO NOTHING
         RETURNING f.firing_key
@@ -130,13 +136,15 @@ BEGIN
         SELECT f.firing_key
           FROM rendezvous.firings f
          WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
-           AND f.completed_at IS NULL AND f.lease_until <= now_
+           AND f.completed_at IS NULL
+           AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
          ORDER BY f.firing_key
            FOR UPDATE SKIP LOCKED
     ), updated AS (
         UPDATE rendezvous.firings f
            SET holder = claim_firings.host_id, token = greatest(f.token + 1, floor_), claimed_at = now_,
-               lease_until = now_ + claim_firings.lease, attempts = f.attempts + 1
+               lease_until = now_ + claim_firings.lease, attempts = f.attempts + 1,
+               holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
           FROM free
          WHERE f.firing_key = free.firing_key
         RETURNING f.firing_key
@@ -231,7 +239,8 @@ BEGIN
     END IF;
     PERFORM rendezvous._check_lease(renew_firing.lease);
     UPDATE rendezvous.firings f
-       SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease
+       SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease,
+           holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
      WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
        AND f.failed_at IS NULL
     RETURNING f.lease_until INTO until;
@@ -239,7 +248,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval) IS
-    'Extends a live claim''s lease from now; NULL when token is stale or the firing is done (stop working on it).';
+    'Extends a live claim''s lease from now and binds the claim to this session (it ends with it); NULL when token is stale or the firing is done (stop working on it).';
 
 CREATE FUNCTION rendezvous.release_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE

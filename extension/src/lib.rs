@@ -15,10 +15,12 @@ mod checks;
 mod errors;
 mod fencing;
 mod firing;
+mod holder;
 mod hrw;
 mod kept_plan;
 mod leader;
 mod membership;
+mod runs;
 mod schedule;
 mod status;
 

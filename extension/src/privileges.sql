@@ -29,8 +29,7 @@ ALTER FUNCTION rendezvous.live_hosts(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_members(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.set_run_state(bigint, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_runs(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.try_lead(text, text, boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.resign(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -56,7 +55,7 @@ REVOKE EXECUTE ON FUNCTION
 REVOKE EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
-    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
     rendezvous.claim_firing(text, timestamptz, text, interval),
@@ -70,7 +69,7 @@ REVOKE EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
-    rendezvous.spawn_run(text, text, jsonb, text), rendezvous.set_run_state(bigint, text),
+    rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
     rendezvous.claim_firing(text, timestamptz, text, interval),
@@ -125,3 +124,29 @@ GRANT EXECUTE ON FUNCTION rendezvous.release_firing_claim(text, timestamptz) TO 
 ALTER FUNCTION rendezvous.request_step_down(text, text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.request_step_down(text, text) TO rendezvous_admin;
+
+-- Runs (0.3.0): hosts claim, renew, complete, fail and fence runs; cancelling is an admin's.
+-- _holder_gone reads other roles' sessions (privileged), and observers' views call it.
+ALTER FUNCTION rendezvous._holder_gone(integer, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.claim_runs(text, integer, interval, text[], interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.renew_run(bigint, bigint, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_run(bigint, bigint, jsonb) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.fail_run(bigint, bigint, text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.assert_run(bigint, bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.cancel_run(bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.next_runnable_at(text[]) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz), rendezvous._recover_runs(timestamptz),
+    rendezvous._session_started() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz) TO rendezvous_observer;
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.claim_runs(text, integer, interval, text[], interval), rendezvous.renew_run(bigint, bigint, interval),
+    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.fail_run(bigint, bigint, text),
+    rendezvous.assert_run(bigint, bigint), rendezvous.cancel_run(bigint), rendezvous.next_runnable_at(text[])
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.claim_runs(text, integer, interval, text[], interval), rendezvous.renew_run(bigint, bigint, interval),
+    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.fail_run(bigint, bigint, text),
+    rendezvous.assert_run(bigint, bigint), rendezvous.next_runnable_at(text[])
+    TO rendezvous_host;
+GRANT EXECUTE ON FUNCTION rendezvous.cancel_run(bigint) TO rendezvous_admin;
+GRANT SELECT ON rendezvous.status_run_queue TO rendezvous_observer;

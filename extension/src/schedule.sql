@@ -284,7 +284,8 @@ BEGIN
         SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease
           FROM rendezvous.firings f
           JOIN rendezvous.tasks t ON t.task_id = f.task_id
-         WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.lease_until <= now_ AND NOT t.paused
+         WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
+           AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
          ORDER BY f.fire_at
          LIMIT due_firings.max_firings;
 END

@@ -22,12 +22,13 @@ CREATE VIEW rendezvous.status_firings AS
                 WHEN f.failed_at IS NOT NULL THEN 'failed'
                 WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
                 WHEN f.holder IS NULL THEN 'pending'
-                WHEN f.lease_until > pg_catalog.clock_timestamp() THEN 'running'
+                WHEN f.lease_until > pg_catalog.clock_timestamp()
+                     AND NOT rendezvous._holder_gone(f.holder_pid, f.holder_started) THEN 'running'
                 ELSE 'expired' END AS state,
            f.failures, f.failed_at, f.last_error
       FROM rendezvous.firings f;
 COMMENT ON VIEW rendezvous.status_firings IS
-    'Every firing: its holder, token and lease, and its state: pending (due, not claimed yet), running, expired (lease over, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
+    'Every firing: its holder, token and lease, and its state: pending (due, not claimed yet), running, expired (lease over or holder session gone, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
 
 CREATE VIEW rendezvous.status_tasks AS
     SELECT t.task_id, t.schedule, t.time_zone, t.paused, t.overlap, t.catch_up, t.next_fire_at,
@@ -60,9 +61,26 @@ COMMENT ON VIEW rendezvous.status_tasks IS
     'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, and fire times skipped by policy.';
 
 CREATE VIEW rendezvous.status_runs AS
-    SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at
+    SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at,
+           r.holder, r.attempts, r.max_attempts, r.runnable_at, r.lease_until, r.last_error
       FROM rendezvous.runs r;
-COMMENT ON VIEW rendezvous.status_runs IS 'Admitted runs, without their input.';
+COMMENT ON VIEW rendezvous.status_runs IS
+    'Admitted runs, without their input or output: state, holder and lease while running, attempts made and allowed, when a pending run is runnable, the last error.';
+
+-- The run queue per workflow: pending (and how many are runnable now), running, and the age of
+-- the oldest runnable run. Reads only unfinished runs (partial indexes), whatever the history.
+CREATE VIEW rendezvous.status_run_queue AS
+    SELECT r.workflow_ref,
+           count(*) FILTER (WHERE r.state = 'pending') AS pending,
+           count(*) FILTER (WHERE r.state = 'pending' AND r.runnable_at <= pg_catalog.now()) AS runnable,
+           count(*) FILTER (WHERE r.state = 'running') AS running,
+           pg_catalog.now() - min(r.runnable_at) FILTER (WHERE r.state = 'pending' AND r.runnable_at <= pg_catalog.now())
+               AS oldest_runnable_age
+      FROM rendezvous.runs r
+     WHERE r.state IN ('pending', 'running')
+     GROUP BY r.workflow_ref;
+COMMENT ON VIEW rendezvous.status_run_queue IS
+    'Per workflow_ref: runs pending (runnable now), running, and how long the oldest runnable run has waited.';
 
 -- Whether failover can lose what was acknowledged: standbys streaming from this server, how
 -- many of them are synchronous, and a warning when some are but none is (docs/guarantees.md).

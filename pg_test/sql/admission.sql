@@ -23,8 +23,11 @@ SELECT count(*) AS runs_without_key FROM rendezvous.runs WHERE tenant_id = 'acme
 SELECT tenant_id, workflow_ref, input, dispatch_key, state FROM rendezvous.runs ORDER BY run_id;
 SET ROLE rendezvous_regress_admit;
 
--- A host moves its run on (it knows the run id spawn_run gave it).
-SELECT rendezvous.set_run_state(run_id, 'succeeded') FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42');
+-- A host runs what was admitted: claims it, then completes it with its token (runs.sql has
+-- the whole lifecycle).
+SELECT rendezvous.complete_run(c.run_id, c.token, '{"ok": true}')
+  FROM rendezvous.claim_runs('host-a', 100, '30 s', ARRAY['reports/nightly'], '0 s') c
+ WHERE c.run_id = (SELECT run_id FROM rendezvous.spawn_run('acme', 'reports/nightly', '{}', 'decision-42'));
 
 -- Retention is an admin's: finished runs older than the bound are purged; the key is then free.
 SELECT regress.err($$SELECT rendezvous.purge_runs('0 s')$$) AS host_may_not_purge;
@@ -52,8 +55,13 @@ SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', NULL)$$);
 SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', '')$$);
 SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 513))$$);
 SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', 'not json')$$);
-SELECT regress.err($$SELECT rendezvous.set_run_state(1, 'done')$$);
-SELECT regress.err($$SELECT rendezvous.set_run_state(NULL, 'failed')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 0)$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 1001)$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, NULL)$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 3, '-1 s')$$);
+SELECT regress.err($$SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 3, NULL)$$);
+-- Any state following any other is gone (0.3.0): runs move only through their lifecycle.
+SELECT regress.err($$SELECT rendezvous.set_run_state(1, 'succeeded')$$);
 -- No table access: a host cannot read other tenants' runs or their input, nor change them.
 SELECT regress.err($$SELECT * FROM rendezvous.runs$$);
 SELECT regress.err($$DELETE FROM rendezvous.runs$$);

@@ -3,3 +3,35 @@
 -- comment and grant of 0.3.0 again from extension/src/ (sql/README.md). Here go table, type
 -- and index changes, data migrations, and DROPs of what CREATE OR REPLACE cannot change (a
 -- new return type or parameter name, a view losing a column, an object that goes away).
+
+-- Runs that run (runs.sql): execution columns, last, as admission.sql declares them. The
+-- runnable_at default is now() (not volatile), so adding it rewrites no table.
+ALTER TABLE rendezvous.runs
+    ADD COLUMN holder         text,
+    ADD COLUMN token          bigint NOT NULL DEFAULT 0,
+    ADD COLUMN attempts       integer NOT NULL DEFAULT 0,
+    ADD COLUMN max_attempts   integer NOT NULL DEFAULT 3,
+    ADD COLUMN retry_backoff  interval NOT NULL DEFAULT '10 seconds',
+    ADD COLUMN runnable_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    ADD COLUMN lease_until    timestamptz,
+    ADD COLUMN holder_pid     integer,
+    ADD COLUMN holder_started timestamptz,
+    ADD COLUMN output         jsonb,
+    ADD COLUMN last_error     text,
+    ADD CONSTRAINT runs_max_attempts_valid CHECK (max_attempts BETWEEN 1 AND 1000),
+    ADD CONSTRAINT runs_retry_backoff_valid CHECK (retry_backoff >= interval '0' AND isfinite(retry_backoff));
+COMMENT ON COLUMN rendezvous.runs.runnable_at IS
+    'A pending run''s first claimable instant (admission, or the end of a retry backoff), database clock.';
+COMMENT ON COLUMN rendezvous.runs.holder IS
+    'The host running it (state running), with its token, lease and session (holder_pid, holder_started); the claim ends with that session.';
+CREATE INDEX runs_runnable ON rendezvous.runs (runnable_at, run_id) WHERE state = 'pending';
+CREATE INDEX runs_running ON rendezvous.runs (lease_until) WHERE state = 'running';
+CREATE TYPE rendezvous.run_claim AS (run_id bigint, token bigint, tenant_id text, workflow_ref text, input jsonb, attempt integer);
+COMMENT ON TYPE rendezvous.run_claim IS
+    'A run claimed by claim_runs: its token (for renew_run, complete_run, fail_run and assert_run), what to run, and which attempt this is (1 for the first).';
+-- spawn_run takes a retry policy (a new signature); any state following any other goes.
+DROP FUNCTION rendezvous.spawn_run(text, text, jsonb, text);
+DROP FUNCTION rendezvous.set_run_state(bigint, text);
+
+-- Firing claims end with the holder's session (holder.sql).
+ALTER TABLE rendezvous.firings ADD COLUMN holder_pid integer, ADD COLUMN holder_started timestamptz;

@@ -1,0 +1,20 @@
+-- Who holds a claim: a host and a database session (see holder.rs). Loaded by
+-- extension_sql_file! in holder.rs; every name is schema-qualified. Functions reach upgrades
+-- from here by themselves (sqlgen).
+
+-- Whether the session that made (or last renewed) a claim is known to be gone: it started at
+-- `started` with backend pid `pid`, and no such backend is connected now. A claim recorded
+-- without a session (made before 0.3.0) is never gone by this test: only its lease ends it.
+-- SECURITY DEFINER (privileges.sql): other roles' sessions show their start time only to
+-- privileged roles. The backends are read once per transaction (PostgreSQL's own snapshot of
+-- them), so a session that ends during a transaction still counts as there until its end.
+CREATE FUNCTION rendezvous._holder_gone(pid integer, started timestamptz) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT _holder_gone.pid IS NOT NULL AND _holder_gone.started IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_get_activity(_holder_gone.pid) a
+                        WHERE a.pid = _holder_gone.pid AND a.backend_start = _holder_gone.started)
+$$;
+COMMENT ON FUNCTION rendezvous._holder_gone(integer, timestamptz) IS
+    'Whether the backend with this pid and start time (a claim''s holder session) is gone: its claim can be taken over at once.';

@@ -1,0 +1,279 @@
+-- Runs that run: the lifecycle of an admitted run (see runs.rs). Loaded by extension_sql_file!
+-- in runs.rs; every name is schema-qualified. Functions reach upgrades from here by themselves
+-- (sqlgen); a table or type change after a release also goes into sql/migrations/.
+--
+-- Legal transitions only:
+--   pending  -> running                       claim_runs (a token, a lease, the claiming session)
+--   running  -> succeeded                     complete_run with the current token
+--   running  -> pending (retry at a backoff)  fail_run with attempts left
+--   running  -> failed                        fail_run on the last attempt
+--   running  -> pending (at once)             the holder's session is gone or its lease ran out
+--                                             (failed instead when that was the last attempt)
+--   pending | running -> cancelled            cancel_run (an admin's)
+-- A finished run (succeeded, failed, cancelled) never runs again.
+
+-- What claim_runs returns per run claimed.
+CREATE TYPE rendezvous.run_claim AS (run_id bigint, token bigint, tenant_id text, workflow_ref text, input jsonb, attempt integer);
+COMMENT ON TYPE rendezvous.run_claim IS
+    'A run claimed by claim_runs: its token (for renew_run, complete_run, fail_run and assert_run), what to run, and which attempt this is (1 for the first).';
+
+-- Running runs whose holder is gone (its session ended, or its lease ran out) go back to
+-- pending, runnable at once, or fail for good when that was their last attempt. Rows another
+-- session holds a lock on are skipped: they are being changed right now. Returns how many
+-- runs became runnable.
+CREATE FUNCTION rendezvous._recover_runs(now_ timestamptz) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    runnable integer;
+BEGIN
+    WITH gone AS (
+        SELECT r.run_id FROM rendezvous.runs r
+         WHERE r.state = 'running'
+           AND (r.lease_until <= now_ OR rendezvous._holder_gone(r.holder_pid, r.holder_started))
+         ORDER BY r.run_id
+           FOR UPDATE SKIP LOCKED
+    ), moved AS (
+        UPDATE rendezvous.runs r
+           SET state = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'pending' END,
+               last_error = 'the holder (' || r.holder || ') was lost during attempt ' || r.attempts,
+               holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL,
+               runnable_at = now_, updated_at = now_
+          FROM gone WHERE r.run_id = gone.run_id
+        RETURNING r.state
+    )
+    SELECT (count(*) FILTER (WHERE m.state = 'pending'))::integer INTO runnable FROM moved m;
+    IF runnable > 0 THEN
+        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+    END IF;
+    RETURN runnable;
+END
+$$;
+
+-- Claims up to max runnable runs for host_id, oldest first, FOR UPDATE SKIP LOCKED (never
+-- waits for another claimer). HRW places them: a run's rank-r host over the live set (key
+-- 'run:<run_id>') may claim it only grace × r after it became runnable, so each run goes to
+-- its rank-0 host at once and hosts do not fight over the head of the queue; a host that is
+-- not live ranks last; with no live host, anyone claims at once. Runs whose holder is gone
+-- are made runnable first. Tokens never repeat (the same floor as epochs, fencing.rs).
+CREATE FUNCTION rendezvous.claim_runs(
+    host_id       text,
+    max           integer DEFAULT 1,
+    lease         interval DEFAULT '30 seconds',
+    workflow_refs text[] DEFAULT NULL,
+    grace         interval DEFAULT '1 second'
+) RETURNS SETOF rendezvous.run_claim
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    floor_ bigint := rendezvous._fence_floor();
+    started timestamptz := rendezvous._session_started();
+    hosts text[];
+    weights double precision[];
+    claimed integer;
+BEGIN
+    PERFORM rendezvous._check_host_id(claim_runs.host_id);
+    PERFORM rendezvous._check_lease(claim_runs.lease);
+    IF claim_runs.max IS NULL OR claim_runs.grace IS NULL THEN
+        RAISE EXCEPTION 'max and grace must not be NULL' USING ERRCODE = '22004';
+    ELSIF claim_runs.max NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'max must be between 1 and 10000 (got %)', claim_runs.max USING ERRCODE = '22023';
+    ELSIF claim_runs.grace < interval '0' OR NOT isfinite(claim_runs.grace) THEN
+        RAISE EXCEPTION 'grace must be finite and not negative (got %)', claim_runs.grace USING ERRCODE = '22023';
+    ELSIF array_position(claim_runs.workflow_refs, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'workflow_refs must not contain NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._recover_runs(now_);
+    SELECT coalesce(array_agg(m.host_id ORDER BY m.host_id), '{}'), coalesce(array_agg(m.weight ORDER BY m.host_id), '{}')
+      INTO hosts, weights FROM rendezvous.live_members() m;
+    RETURN QUERY
+        WITH candidate AS (
+            SELECT r.run_id FROM rendezvous.runs r
+             WHERE r.state = 'pending' AND r.runnable_at <= now_
+               AND (claim_runs.workflow_refs IS NULL OR r.workflow_ref = ANY (claim_runs.workflow_refs))
+               AND (cardinality(hosts) = 0
+                    OR r.runnable_at <= now_ - claim_runs.grace * coalesce(
+                           array_position(rendezvous.ranked('run:' || r.run_id, hosts, weights), claim_runs.host_id) - 1,
+                           cardinality(hosts)))
+             ORDER BY r.runnable_at, r.run_id
+             LIMIT claim_runs.max
+               FOR UPDATE SKIP LOCKED
+        )
+        UPDATE rendezvous.runs r
+           SET state = 'running', holder = claim_runs.host_id, token = greatest(r.token + 1, floor_),
+               attempts = r.attempts + 1, lease_until = now_ + claim_runs.lease,
+               holder_pid = pg_catalog.pg_backend_pid(), holder_started = started, updated_at = now_
+          FROM candidate c
+         WHERE r.run_id = c.run_id
+        RETURNING r.run_id, r.token, r.tenant_id, r.workflow_ref, r.input, r.attempts;
+    GET DIAGNOSTICS claimed = ROW_COUNT;
+    IF claimed > 0 THEN
+        PERFORM rendezvous._durable_commit();
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.claim_runs(text, integer, interval, text[], interval) IS
+    'Claims up to max runnable runs (oldest first, HRW-placed over the live set: others than a run''s rank-0 host wait grace per rank) for lease; the claim ends with this session or the lease, whichever is first.';
+
+-- The checks every call with a run's token makes.
+CREATE FUNCTION rendezvous._check_run_token(run_id bigint, token bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF run_id IS NULL OR token IS NULL THEN
+        RAISE EXCEPTION 'run_id and token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+END
+$$;
+
+-- Extends a running run's lease from now, and binds the claim to this session (the session
+-- that renews is the one the claim ends with). NULL when the token is not the run's current
+-- claim: stop working on it.
+CREATE FUNCTION rendezvous.renew_run(run_id bigint, token bigint, lease interval DEFAULT '30 seconds')
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    until timestamptz;
+BEGIN
+    PERFORM rendezvous._check_run_token(renew_run.run_id, renew_run.token);
+    PERFORM rendezvous._check_lease(renew_run.lease);
+    UPDATE rendezvous.runs r
+       SET lease_until = pg_catalog.clock_timestamp() + renew_run.lease,
+           holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
+     WHERE r.run_id = renew_run.run_id AND r.token = renew_run.token AND r.state = 'running'
+    RETURNING r.lease_until INTO until;
+    RETURN until;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.renew_run(bigint, bigint, interval) IS
+    'Extends a running run''s lease from now and binds its claim to this session; NULL when token is stale or the run is no longer running (stop working on it).';
+
+-- The run succeeded: true when token was its current claim (repeating it is harmless), made
+-- durable before it is acknowledged. Call it in the same transaction as the run's effects
+-- (with assert_run first) for effects exactly once.
+CREATE FUNCTION rendezvous.complete_run(run_id bigint, token bigint, output jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM rendezvous._check_run_token(complete_run.run_id, complete_run.token);
+    UPDATE rendezvous.runs r
+       SET state = 'succeeded', output = complete_run.output, updated_at = now_, lease_until = NULL,
+           holder_pid = NULL, holder_started = NULL
+     WHERE r.run_id = complete_run.run_id AND r.token = complete_run.token AND r.state = 'running';
+    IF FOUND THEN
+        PERFORM rendezvous._durable_commit();
+        RETURN true;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM rendezvous.runs r
+                    WHERE r.run_id = complete_run.run_id AND r.token = complete_run.token AND r.state = 'succeeded');
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_run(bigint, bigint, jsonb) IS
+    'Marks a running run succeeded, with its output, if token is its current claim (repeating it is harmless); false for a stale token.';
+
+-- A failed attempt: the run is retried after its backoff (retry_backoff × 2^(attempt − 1), at
+-- most an hour) while it has attempts left, else it fails for good. Returns the state it left
+-- the run in ('pending' or 'failed'), or NULL when token is not its current claim.
+CREATE FUNCTION rendezvous.fail_run(run_id bigint, token bigint, error text) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    left_in text;
+BEGIN
+    PERFORM rendezvous._check_run_token(fail_run.run_id, fail_run.token);
+    UPDATE rendezvous.runs r
+       SET state = CASE WHEN r.attempts >= r.max_attempts THEN 'failed' ELSE 'pending' END,
+           runnable_at = now_ + least(r.retry_backoff * power(2, least(r.attempts - 1, 20)), interval '1 hour'),
+           last_error = left(coalesce(fail_run.error, 'failed'), 2000),
+           holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
+     WHERE r.run_id = fail_run.run_id AND r.token = fail_run.token AND r.state = 'running'
+    RETURNING r.state INTO left_in;
+    IF FOUND THEN
+        PERFORM rendezvous._durable_commit();
+    END IF;
+    RETURN left_in;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.fail_run(bigint, bigint, text) IS
+    'Records a failed attempt of a running run: pending again after its backoff (doubling, at most 1 hour) while attempts are left, else failed for good. Returns the state it left the run in, or NULL for a stale token.';
+
+-- Fencing inside the caller's transaction, like assert_firing: raises RZ001 unless token is
+-- the run's current, running claim. FOR SHARE: a takeover, completion or cancel waits for this
+-- transaction, so a write fenced here commits before another claim exists, or fails.
+CREATE FUNCTION rendezvous.assert_run(run_id bigint, token bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r rendezvous.runs%ROWTYPE;
+BEGIN
+    PERFORM rendezvous._check_run_token(assert_run.run_id, assert_run.token);
+    SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = assert_run.run_id FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % does not exist', assert_run.run_id USING ERRCODE = 'RZ001';
+    ELSIF r.token <> assert_run.token THEN
+        RAISE EXCEPTION 'token % of run % is stale (the current token is %)', assert_run.token, assert_run.run_id, r.token
+            USING ERRCODE = 'RZ001', HINT = 'Another host took this run over: stop working on it.';
+    ELSIF r.state <> 'running' THEN
+        RAISE EXCEPTION 'run % is % (token % no longer holds it)', assert_run.run_id, r.state, assert_run.token
+            USING ERRCODE = 'RZ001';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.assert_run(bigint, bigint) IS
+    'Fencing: raises RZ001 unless token is the run''s current claim and the run is running. Call it in the same transaction as the run''s writes.';
+
+-- An admin's cancel: a pending or running run is cancelled and never runs again (a running
+-- holder's completion and fenced writes are refused from now on). False when the run does not
+-- exist or already finished.
+CREATE FUNCTION rendezvous.cancel_run(run_id bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF cancel_run.run_id IS NULL THEN
+        RAISE EXCEPTION 'run_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.runs r
+       SET state = 'cancelled', holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL,
+           updated_at = pg_catalog.clock_timestamp()
+     WHERE r.run_id = cancel_run.run_id AND r.state IN ('pending', 'running');
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.cancel_run(bigint) IS
+    'Cancels a pending or running run (it never runs again; a holder''s token completes and fences nothing); false when it does not exist or already finished.';
+
+-- When the next run becomes runnable that is not runnable now (a retry backoff's end), or
+-- NULL: a worker with nothing to claim sleeps until then, or until notified.
+CREATE FUNCTION rendezvous.next_runnable_at(workflow_refs text[] DEFAULT NULL) RETURNS timestamptz
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT min(x.at) FROM (
+        (SELECT r.runnable_at AS at FROM rendezvous.runs r
+          WHERE r.state = 'pending' AND (next_runnable_at.workflow_refs IS NULL OR r.workflow_ref = ANY (next_runnable_at.workflow_refs))
+          ORDER BY r.runnable_at LIMIT 1)
+        UNION ALL
+        (SELECT r.lease_until FROM rendezvous.runs r WHERE r.state = 'running' ORDER BY r.lease_until LIMIT 1)
+    ) x
+$$;
+COMMENT ON FUNCTION rendezvous.next_runnable_at(text[]) IS
+    'The earliest instant a pending run (of these workflows, or any) becomes runnable, or a running run''s lease ends; NULL when there is none. New runs and runs whose holder is gone are announced on channel rendezvous_runs.';

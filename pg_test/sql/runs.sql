@@ -1,0 +1,114 @@
+-- Runs that run: the lifecycle a host drives with EXECUTE only (claim, renew, complete, fail,
+-- fence), retries with backoff then failure for good, illegal transitions refused, the claim
+-- ending with its session, HRW placement, and cancel as an admin's.
+CREATE ROLE rendezvous_regress_worker LOGIN;
+GRANT rendezvous_host TO rendezvous_regress_worker;
+CREATE ROLE rendezvous_regress_ops LOGIN;
+GRANT rendezvous_admin TO rendezvous_regress_ops;
+CREATE TABLE public.deliveries (run_id bigint PRIMARY KEY, body text);
+GRANT SELECT, INSERT ON public.deliveries TO rendezvous_regress_worker;
+SET ROLE rendezvous_regress_worker;
+SELECT rendezvous.heartbeat('worker-a') IS NOT NULL AS live;
+
+-- Admitted with a retry policy: 2 attempts, no backoff.
+SELECT run_id AS first_run FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 1}', 'msg-1', 2, '0 s') \gset
+SELECT run_id AS second_run FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 2}', 'msg-2', 1) \gset
+SELECT run_id AS other_run FROM rendezvous.spawn_run('acme', 'other') \gset
+
+-- Claims: oldest first, only the workflows asked for, at most max; attempt 1, token 1.
+SELECT run_id = :first_run AS first, token, tenant_id, workflow_ref, input, attempt
+  FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s');
+SELECT count(*) AS nothing_else_of_other_workflows FROM rendezvous.claim_runs('worker-a', 10, '30 s', ARRAY['nope'], '0 s');
+-- A running run is not claimed again while its holder's session lives and its lease runs.
+SELECT run_id = :second_run AS only_the_second FROM rendezvous.claim_runs('worker-a', 10, '30 s', ARRAY['deliver'], '0 s');
+
+-- Fencing in the caller's transaction: a current token passes, a stale one raises RZ001.
+BEGIN;
+SELECT rendezvous.assert_run(:first_run, 1);
+INSERT INTO public.deliveries VALUES (:first_run, 'sent');
+SELECT rendezvous.complete_run(:first_run, 1, '{"delivered": true}');
+COMMIT;
+SELECT rendezvous.complete_run(:first_run, 1) AS repeating_is_harmless;
+SELECT rendezvous.complete_run(:first_run, 2) AS stale_token;
+SELECT regress.err(format('SELECT rendezvous.assert_run(%s, 1)', :first_run)) AS finished_run_fences;
+SELECT regress.err(format('SELECT rendezvous.assert_run(%s, 7)', :second_run)) AS stale_token_fences;
+SELECT regress.err('SELECT rendezvous.assert_run(999999, 1)') AS no_such_run;
+-- A finished run never runs again: fail, renew and complete of it change nothing.
+SELECT rendezvous.fail_run(:first_run, 1, 'too late') AS fail_after_success;
+SELECT rendezvous.renew_run(:first_run, 1) AS renew_after_success;
+
+-- Failures: retried while attempts are left (pending again at its backoff), then failed for good.
+SELECT rendezvous.fail_run(:second_run, 1, 'smtp 451') AS left_in;
+SELECT rendezvous.fail_run(:second_run, 1, 'again') AS stale_fail;
+RESET ROLE;
+SELECT state, attempts, max_attempts, last_error, holder IS NULL AS no_holder
+  FROM rendezvous.runs WHERE run_id IN (:first_run, :second_run) ORDER BY run_id;
+SET ROLE rendezvous_regress_worker;
+
+-- A run with two attempts: failed once, retried (attempt 2, a higher token), failed for good.
+SELECT run_id AS retried FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 3}', 'msg-3', 2, '0 s') \gset
+SELECT token AS t1 FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s') \gset
+SELECT rendezvous.fail_run(:retried, :t1, 'first failure') AS after_first;
+SELECT token > :t1 AS higher_token, attempt FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s') \gset
+SELECT :'higher_token' AS higher_token, :attempt AS attempt;
+SELECT rendezvous.fail_run(:retried, :t1 + 1, 'second failure') AS after_second;
+SELECT count(*) AS failed_for_good_is_never_claimed FROM rendezvous.claim_runs('worker-a', 10, '30 s', ARRAY['deliver'], '0 s');
+
+-- A backoff: the retry is not claimable before it, by the database clock.
+SELECT run_id AS backed_off FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 4}', 'msg-4', 3, '1 hour') \gset
+SELECT token AS t4 FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s') \gset
+SELECT rendezvous.fail_run(:backed_off, :t4, 'busy') AS left_in;
+SELECT count(*) AS not_before_its_backoff FROM rendezvous.claim_runs('worker-a', 10, '30 s', ARRAY['deliver'], '0 s');
+SELECT rendezvous.next_runnable_at(ARRAY['deliver']) > now() + interval '59 minutes' AS next_runnable_in_an_hour;
+
+-- The claim ends with its session: a run claimed here is taken over at once from a new session,
+-- with a higher token, and the old token completes nothing.
+SELECT run_id AS orphan FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 5}', 'msg-5') \gset
+SELECT token AS orphan_token FROM rendezvous.claim_runs('worker-a', 1, '1 hour', ARRAY['deliver'], '0 s') \gset
+\c -
+SET ROLE rendezvous_regress_worker;
+SELECT run_id = :orphan AS taken_over, token > :orphan_token AS higher_token, attempt
+  FROM rendezvous.claim_runs('worker-b', 1, '1 hour', ARRAY['deliver'], '0 s');
+SELECT rendezvous.complete_run(:orphan, :orphan_token) AS old_holder_refused;
+
+-- HRW placement: with two live hosts, a run waits grace for a host that does not rank first.
+SELECT rendezvous.heartbeat('worker-a') IS NOT NULL AND rendezvous.heartbeat('worker-b') IS NOT NULL AS both_live;
+SELECT run_id AS placed FROM rendezvous.spawn_run('acme', 'placed') \gset
+SELECT (rendezvous.ranked('run:' || :placed, ARRAY['worker-a', 'worker-b']))[2] AS second_host \gset
+SELECT count(*) AS second_in_rank_waits FROM rendezvous.claim_runs(:'second_host', 1, '30 s', ARRAY['placed'], '1 hour');
+SELECT count(*) AS first_in_rank_claims
+  FROM rendezvous.claim_runs((rendezvous.ranked('run:' || :placed, ARRAY['worker-a', 'worker-b']))[1], 1, '30 s', ARRAY['placed'], '1 hour');
+
+-- Cancelling is an admin's; a cancelled run never runs, and its holder's token is refused.
+SELECT run_id AS doomed FROM rendezvous.spawn_run('acme', 'doomed') \gset
+SELECT token AS doomed_token FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['doomed'], '0 s') \gset
+SELECT regress.err(format('SELECT rendezvous.cancel_run(%s)', :doomed)) AS host_may_not_cancel;
+RESET ROLE;
+SET ROLE rendezvous_regress_ops;
+SELECT rendezvous.cancel_run(:doomed) AS cancelled;
+SELECT rendezvous.cancel_run(:doomed) AS already_finished;
+SELECT rendezvous.cancel_run(:first_run) AS succeeded_stays;
+SELECT workflow_ref, pending, runnable, running FROM rendezvous.status_run_queue ORDER BY 1;
+RESET ROLE;
+SET ROLE rendezvous_regress_worker;
+SELECT rendezvous.complete_run(:doomed, :doomed_token) AS cancelled_refuses_completion;
+SELECT rendezvous.renew_run(:doomed, :doomed_token) AS cancelled_refuses_renewal;
+
+-- Bad input: a clear error with a SQLSTATE.
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs(NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('h', 0)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('h', 10001)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('h', 1, '0 s')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('h', 1, '30 s', ARRAY[NULL::text])$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_runs('h', 1, '30 s', NULL, '-1 s')$$);
+SELECT regress.err($$SELECT rendezvous.complete_run(NULL, 1)$$);
+SELECT regress.err($$SELECT rendezvous.fail_run(1, NULL, 'x')$$);
+SELECT regress.err($$SELECT rendezvous.renew_run(1, 1, NULL)$$);
+SELECT regress.err($$SELECT rendezvous.assert_run(NULL, 1)$$);
+-- And no table access for hosts.
+SELECT regress.err($$UPDATE rendezvous.runs SET state = 'succeeded'$$);
+RESET ROLE;
+DROP TABLE public.deliveries;
+DROP OWNED BY rendezvous_regress_worker, rendezvous_regress_ops;
+DROP ROLE rendezvous_regress_worker, rendezvous_regress_ops;
