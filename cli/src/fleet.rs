@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS fleet_effects (tag text, firing_key text, token bigin
 ALTER TABLE fleet_effects ADD COLUMN IF NOT EXISTS fire_at timestamptz;
 CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id bigint, created boolean);
 CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_run_starts (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_run_effects (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
 ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
 
 struct Host {
@@ -153,6 +155,20 @@ pub struct Report {
     pub deduplicated: i64,
     /// Firing keys with more than one run.
     pub keys_with_two_runs: i64,
+    /// Runs executed to success (their effect written with the completion).
+    pub runs_executed: i64,
+    /// Runs whose effect was written twice: must be 0.
+    pub runs_executed_twice: i64,
+    /// Runs still pending or running at the end: must be 0.
+    pub runs_unfinished: i64,
+    /// Runs that a retry completed after a failed attempt.
+    pub runs_retried: i64,
+    /// Runs failed for good.
+    pub runs_failed: i64,
+    /// Runs started again after their holder was lost (a takeover; fenced).
+    pub runs_taken_over: i64,
+    /// Pickup latency, admission to first start (database clock), p50 and p99.
+    pub run_pickup: Option<(Duration, Duration)>,
     /// Leader epochs that saw leader actions from two hosts, or that two hosts' ledgers say
     /// they led in.
     pub split_brain_epochs: i64,
@@ -188,6 +204,13 @@ impl Default for Report {
             runs: 0,
             deduplicated: 0,
             keys_with_two_runs: 0,
+            runs_executed: 0,
+            runs_executed_twice: 0,
+            runs_unfinished: 0,
+            runs_retried: 0,
+            runs_failed: 0,
+            runs_taken_over: 0,
+            run_pickup: None,
             split_brain_epochs: 0,
             lost_after_failover: crate::ledger::Lost::default(),
             leader_terms: 0,
@@ -218,6 +241,10 @@ impl Report {
             && self.lost_after_failover.total() == 0
             && self.completed == self.due
             && self.runs == self.due
+            && self.runs_executed == self.runs
+            && self.runs_executed_twice == 0
+            && self.runs_unfinished == 0
+            && self.runs_failed == 0
             && self.started_early == 0
             && self
                 .database_failover
@@ -661,6 +688,53 @@ async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> R
           WHERE r.tenant_id = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
     )
     .await?;
+    // The runs the firings admitted, executed by whichever host claimed them.
+    let runs = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE r.state = 'succeeded'),
+                    count(*) FILTER (WHERE r.state IN ('pending', 'running')),
+                    count(*) FILTER (WHERE r.state = 'failed'),
+                    count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
+                                       AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
+                                                         GROUP BY 1 HAVING count(*) > 1))
+               FROM rendezvous.status_runs r WHERE r.tenant_id = $1",
+            &[&tag],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    (r.runs_executed, r.runs_unfinished, r.runs_failed, r.runs_retried) =
+        (runs.get(0), runs.get(1), runs.get(2), runs.get(3));
+    r.runs_executed_twice = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT run_id FROM fleet_run_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x",
+            &[&tag],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(|e| e.to_string())?;
+    // Started again with a higher token although no attempt of it failed: a takeover.
+    r.runs_taken_over = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT s.run_id FROM fleet_run_starts s WHERE s.tag = $1
+              GROUP BY 1 HAVING count(DISTINCT s.token) > 1 AND s.run_id % 9 <> 0) x",
+            &[&tag],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(|e| e.to_string())?;
+    let pickup = admin
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+               FROM (SELECT extract(epoch FROM min(s.at) - r.created_at)::float8 AS l
+                       FROM fleet_run_starts s JOIN rendezvous.status_runs r ON r.run_id = s.run_id
+                      WHERE s.tag = $1 GROUP BY s.run_id, r.created_at) x",
+            &[&tag],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if let (Some(p50), Some(p99)) = (pickup.get::<_, Option<f64>>(0), pickup.get::<_, Option<f64>>(1)) {
+        r.run_pickup = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
+    }
     r.split_brain_epochs = admin
         .query_one(
             "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1
@@ -721,6 +795,22 @@ pub fn print_report(r: &Report) {
         r.runs, r.keys_with_two_runs
     );
     println!("runs deduplicated        {}   (spawn_run returned the existing run)", r.deduplicated);
+    println!(
+        "runs executed            {}   (executed twice: {}; still pending or running: {}; failed for good: {})",
+        r.runs_executed, r.runs_executed_twice, r.runs_unfinished, r.runs_failed
+    );
+    println!(
+        "runs retried             {}   (one in nine fails its first attempt on purpose; taken over from a lost holder: {})",
+        r.runs_retried, r.runs_taken_over
+    );
+    match r.run_pickup {
+        Some((p50, p99)) => println!(
+            "run pickup               p50 {:.0} ms, p99 {:.0} ms   (admitted to first start, database clock)",
+            p50.as_secs_f64() * 1000.0,
+            p99.as_secs_f64() * 1000.0
+        ),
+        None => println!("run pickup               no runs started"),
+    }
     let l = &r.lost_after_failover;
     println!(
         "lost after failover      {}   (of {} acknowledged to hosts, missing from the database: runs {}, completions {}, terms {}, fenced writes {})",

@@ -128,12 +128,14 @@ fn fails_first_attempt(key: &str) -> bool {
 }
 
 /// A firing's work: record the start, admit its run (a redelivered request too, for some), a
-/// short "agent loop", then the effect, the run's state and the completion in one transaction.
-/// What the database acknowledges goes into the ledger.
+/// short "agent loop", then the effect and the completion in one transaction. What the
+/// database acknowledges goes into the ledger. The run is executed by whichever host claims it
+/// ([`run_work`]).
 async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
     let key = job.key().to_owned();
-    let (token, host, fire_at) = (job.token(), job.host_id().to_owned(), job.firing().fire_at);
-    let task_id = job.firing().task_id.clone();
+    let firing = job.firing().expect("a task's handler runs firings").clone();
+    let (token, host, fire_at, task_id) =
+        (job.token(), job.host_id().to_owned(), firing.fire_at, firing.task_id);
     job.client()
         .await?
         .execute(
@@ -177,9 +179,38 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
         &[&&*tag, &key, &token, &host, &admission.run_id, &fire_at],
     )
     .await?;
-    rendezvous_client::admission::set_run_state(&*tx, admission.run_id, "succeeded").await?;
     tx.complete().await?;
     ledger.record(format_args!("completed {key} {token}"));
+    Ok(())
+}
+
+/// An admitted run's work (the workflow named after the firing's task): record the start, a
+/// short "agent loop", then the run's effect and its completion in one transaction. One run in
+/// nine fails its first attempt on purpose (retried with the run's backoff).
+async fn run_work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
+    let run_id = job.run().expect("a workflow's handler runs runs").run_id;
+    let (token, host) = (job.token(), job.host_id().to_owned());
+    job.client()
+        .await?
+        .execute(
+            "INSERT INTO fleet_run_starts (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)",
+            &[&&*tag, &run_id, &token, &host],
+        )
+        .await?;
+    if job.attempt() == 1 && run_id % 9 == 0 {
+        return Err(rendezvous_client::Error::InvalidArgument(format!(
+            "run {run_id}: a planned first-attempt failure"
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // the run's "agent loop"
+    let tx = job.transaction().await?;
+    tx.execute(
+        "INSERT INTO fleet_run_effects (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)",
+        &[&&*tag, &run_id, &token, &host],
+    )
+    .await?;
+    tx.complete_with(Some(serde_json::json!({ "host": host }))).await?;
+    ledger.record(format_args!("run-completed {run_id} {token}"));
     Ok(())
 }
 
@@ -206,6 +237,9 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);
     let mut builder = Scheduler::builder(&plan.url, &plan.host_id).options(options);
     for spec in plan.task_specs() {
+        let (run_tag, run_ledger) = (tag.clone(), ledger.clone());
+        builder = builder
+            .workflow(spec.task_id.clone(), move |job| run_work(job, run_tag.clone(), run_ledger.clone()));
         let (tag, ledger) = (tag.clone(), ledger.clone());
         builder = builder.task(spec, move |job| work(job, tag.clone(), ledger.clone()));
     }
@@ -278,8 +312,10 @@ async fn all_done(client: &tokio_postgres::Client, plan: &HostPlan, tasks: u32) 
             "SELECT count(*) FILTER (WHERE t.next_fire_at > $2) = $3
                     AND NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
                                      WHERE f.task_id LIKE $1 AND f.fire_at <= $2 AND f.completed_at IS NULL)
+                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
+                                     WHERE r.tenant_id = $4 AND r.state IN ('pending', 'running'))
                FROM rendezvous.status_tasks t WHERE t.task_id LIKE $1",
-            &[&format!("{}-task-%", plan.tag), &end, &i64::from(tasks)],
+            &[&format!("{}-task-%", plan.tag), &end, &i64::from(tasks), &plan.tag],
         )
         .await
         .map(|r| r.get(0))

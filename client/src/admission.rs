@@ -1,8 +1,10 @@
-//! Idempotent spawn admission (`rendezvous.spawn_run`).
+//! Idempotent spawn admission (`rendezvous.spawn_run`); running what was admitted is
+//! [`crate::runs`]'s.
 use serde::Serialize;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::GenericClient;
 
+use crate::runs::RetryPolicy;
 use crate::{replication, signals, sql, Error, Result};
 
 /// How many times a serialization failure (40001) is retried before it is returned.
@@ -52,16 +54,38 @@ pub async fn spawn_run(
     input: &impl Serialize,
     dispatch_key: Option<&str>,
 ) -> Result<Admission> {
+    spawn(client, tenant_id, workflow_ref, input, dispatch_key, None).await
+}
+
+/// [`spawn_run`], with the server's default retry policy or `policy`.
+pub(crate) async fn spawn(
+    client: &impl GenericClient,
+    tenant_id: &str,
+    workflow_ref: &str,
+    input: &impl Serialize,
+    dispatch_key: Option<&str>,
+    policy: Option<RetryPolicy>,
+) -> Result<Admission> {
     let input = serde_json::to_value(input).map_err(|e| Error::InvalidArgument(format!("input: {e}")))?;
     let started = std::time::Instant::now();
     let mut attempt = 0;
     loop {
         attempt += 1;
         let call = async {
-            let row = client
-                .query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key])
-                .await
-                .map_err(Error::Db)?;
+            let row = match policy {
+                None => {
+                    client
+                        .query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key])
+                        .await
+                }
+                Some(p) => {
+                    let backoff = p.backoff.as_secs_f64();
+                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                        [&tenant_id, &workflow_ref, &input, &dispatch_key, &p.max_attempts, &backoff];
+                    client.query_one(sql::SPAWN_RUN_WITH_POLICY, &params).await
+                }
+            }
+            .map_err(Error::Db)?;
             let pid = row.get(3);
             Ok((row, Some(pid)))
         };
@@ -93,12 +117,6 @@ pub async fn spawn_run(
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Moves a run to `state` (`pending`, `running`, `succeeded`, `failed`, `cancelled`).
-pub async fn set_run_state(client: &impl GenericClient, run_id: i64, state: &str) -> Result<bool> {
-    let row = client.query_one(sql::SET_RUN_STATE, &[&run_id, &state]).await?;
-    Ok(row.get(0))
 }
 
 /// Deletes finished runs last updated more than `older_than` ago; returns how many. A

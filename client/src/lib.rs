@@ -59,6 +59,7 @@ pub mod hrw;
 pub mod leader;
 pub mod membership;
 pub mod replication;
+pub mod runs;
 pub mod schedule;
 pub mod signals;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs
@@ -75,6 +76,7 @@ pub use firing::{Clock, DispatchReport, Dispatcher, DispatcherOptions, Firing, F
 pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
 pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
+pub use runs::{RetryPolicy, RunClaim};
 pub use schedule::{
     CatchUp, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, ShutdownReport,
     TaskSpec,

@@ -43,6 +43,7 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 use crate::firing::{self, Clock, Firing};
 use crate::hrw::HostSet;
 use crate::membership::{self, DEFAULT_STALENESS};
+use crate::runs::{self, RunClaim};
 use crate::{replication, signals, sql, Database, Error, Result};
 
 /// What a task does with a firing whose previous one is still unfinished.
@@ -369,6 +370,9 @@ pub struct SchedulerOptions {
     pub max_backoff: Duration,
     /// How this host reads "now" for its rank delays (correctness never depends on it).
     pub clock: Clock,
+    /// The lease of a claimed run (renewed every third of it while its handler runs; the claim
+    /// also ends with this host's session). Default 30 s.
+    pub run_lease: Duration,
 }
 
 impl Default for SchedulerOptions {
@@ -382,6 +386,7 @@ impl Default for SchedulerOptions {
             weight: 1.0,
             max_backoff: Duration::from_secs(5),
             clock: Clock::Database,
+            run_lease: Duration::from_secs(30),
         }
     }
 }
@@ -440,6 +445,13 @@ impl SchedulerOptions {
     #[must_use]
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Sets [`run_lease`](Self::run_lease).
+    #[must_use]
+    pub fn with_run_lease(mut self, run_lease: Duration) -> Self {
+        self.run_lease = run_lease;
         self
     }
 }
@@ -628,21 +640,40 @@ struct Shared {
     options: SchedulerOptions,
     tasks: Vec<TaskSpec>,
     handlers: HashMap<String, Arc<HandlerFn>>,
+    /// Handlers of admitted runs, by workflow_ref, and their names (what claims ask for).
+    workflows: HashMap<String, Arc<HandlerFn>>,
+    workflow_refs: Vec<String>,
     pool: Pool,
     side: Arc<Side>,
     completions: tokio::sync::mpsc::UnboundedSender<Completion>,
     counters: Counters,
-    /// Firings running here, by key: what shutdown releases if they do not finish.
-    running: Mutex<HashMap<String, (Firing, i64)>>,
+    /// Work running here, by key: what shutdown releases if it does not finish.
+    running: Mutex<HashMap<String, (Work, i64)>>,
     slots: Arc<Semaphore>,
     /// Woken when a firing finishes (a slot is free).
     finished: Notify,
 }
 
-/// A claimed firing, handed to its task's handler: the firing, its claim's token, and a
-/// pooled connection for the handler's writes.
+/// What a job runs: a scheduled firing, or an admitted run.
+#[derive(Debug, Clone)]
+enum Work {
+    Firing(Firing),
+    Run(RunClaim),
+}
+
+impl Work {
+    fn key(&self) -> Result<String> {
+        match self {
+            Work::Firing(f) => f.key(),
+            Work::Run(r) => Ok(r.key()),
+        }
+    }
+}
+
+/// Claimed work, handed to its handler: a firing of a task or an admitted run, its claim's
+/// token, and a pooled connection for the handler's writes.
 pub struct Job {
-    firing: Firing,
+    work: Work,
     key: String,
     token: i64,
     attempt: i32,
@@ -661,12 +692,23 @@ impl std::fmt::Debug for Job {
 }
 
 impl Job {
-    /// The firing.
-    pub fn firing(&self) -> &Firing {
-        &self.firing
+    /// The firing, when this job runs a task's firing.
+    pub fn firing(&self) -> Option<&Firing> {
+        match &self.work {
+            Work::Firing(f) => Some(f),
+            Work::Run(_) => None,
+        }
     }
 
-    /// The firing's canonical key.
+    /// The run (its id, tenant, workflow and input), when this job runs an admitted run.
+    pub fn run(&self) -> Option<&RunClaim> {
+        match &self.work {
+            Work::Run(r) => Some(r),
+            Work::Firing(_) => None,
+        }
+    }
+
+    /// The work's canonical key: the firing key, or `run:<run_id>`.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -686,7 +728,7 @@ impl Job {
         &self.host_id
     }
 
-    /// A key for external calls that must not repeat within this claim: `<firing key>#<token>`.
+    /// A key for external calls that must not repeat within this claim: `<key>#<token>`.
     pub fn idempotency_key(&self) -> String {
         format!("{}#{}", self.key, self.token)
     }
@@ -698,15 +740,15 @@ impl Job {
     }
 
     /// Begins a transaction on the job's connection whose [`FencedTransaction::complete`]
-    /// checks the token, marks the firing done and commits, all at once: the handler's writes
-    /// commit if and only if its claim is still current.
+    /// checks the token, marks the firing or run done and commits, all at once: the handler's
+    /// writes commit if and only if its claim is still current.
     pub async fn transaction(&mut self) -> Result<FencedTransaction<'_>> {
         self.client().await?;
         let client = self.client.get_mut().expect("connected just above");
         let tx = client.transaction().await?;
         Ok(FencedTransaction {
             tx,
-            firing: self.firing.clone(),
+            work: self.work.clone(),
             token: self.token,
             completed: self.completed.clone(),
         })
@@ -725,14 +767,14 @@ impl Drop for Job {
 /// [`complete`](Self::complete), or rolled back when dropped.
 pub struct FencedTransaction<'a> {
     tx: Transaction<'a>,
-    firing: Firing,
+    work: Work,
     token: i64,
     completed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for FencedTransaction<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FencedTransaction").field("firing", &self.firing).field("token", &self.token).finish()
+        f.debug_struct("FencedTransaction").field("work", &self.work).field("token", &self.token).finish()
     }
 }
 
@@ -745,16 +787,30 @@ impl<'a> std::ops::Deref for FencedTransaction<'a> {
 }
 
 impl FencedTransaction<'_> {
-    /// Checks the token (SQLSTATE RZ001 if another host took the firing over), marks the
-    /// firing completed and commits the transaction with it.
+    /// Checks the token (SQLSTATE RZ001 if another host took the work over), marks the
+    /// firing completed (the run succeeded) and commits the transaction with it.
     pub async fn complete(self) -> Result<()> {
-        firing::assert_firing(&self.tx, &self.firing, self.token).await?;
-        let (completed, pid) = firing::complete_firing_on_backend(&self.tx, &self.firing, self.token).await?;
+        self.complete_with(None).await
+    }
+
+    /// [`complete`](Self::complete), recording `output` as a run's result (a firing keeps none).
+    pub async fn complete_with(self, output: Option<serde_json::Value>) -> Result<()> {
+        let (completed, pid) = match &self.work {
+            Work::Firing(f) => {
+                firing::assert_firing(&self.tx, f, self.token).await?;
+                firing::complete_firing_on_backend(&self.tx, f, self.token).await?
+            }
+            Work::Run(r) => {
+                runs::assert_run(&self.tx, r.run_id, self.token).await?;
+                let row = self.tx.query_one(sql::COMPLETE_RUN, &[&r.run_id, &self.token, &output]).await?;
+                (row.get(0), row.get(1))
+            }
+        };
         if !completed {
             return Err(Error::ClaimLost(format!(
                 "token {} no longer holds {}: another host took it over",
                 self.token,
-                self.firing.key()?
+                self.work.key()?
             )));
         }
         let tx = self.tx;
@@ -773,6 +829,7 @@ pub struct SchedulerBuilder {
     options: SchedulerOptions,
     tasks: Vec<TaskSpec>,
     handlers: HashMap<String, Arc<HandlerFn>>,
+    workflows: HashMap<String, Arc<HandlerFn>>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -824,6 +881,25 @@ impl SchedulerBuilder {
         self
     }
 
+    /// A handler for admitted runs of `workflow_ref` ([`spawn_run`](crate::spawn_run)): this
+    /// host claims them (its own by HRW at once, others' after a rank delay each), runs each
+    /// with `handler` and completes or fails it, as it does firings. The [`Job`]'s
+    /// [`run`](Job::run) has the run's input.
+    #[must_use]
+    pub fn workflow<H, Fut, E>(mut self, workflow_ref: impl Into<String>, handler: H) -> Self
+    where
+        H: Fn(Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        E: Into<BoxError>,
+    {
+        let f: Arc<HandlerFn> = Arc::new(move |job| {
+            let fut = handler(job);
+            Box::pin(async move { fut.await.map_err(Into::into) })
+        });
+        self.workflows.insert(workflow_ref.into(), f);
+        self
+    }
+
     /// Connects, checks the extension, registers the tasks, joins the membership and starts
     /// the scheduling loop. Configuration errors (bad schedules, unreachable database) fail
     /// here; after this, connection losses are retried by themselves.
@@ -841,8 +917,16 @@ impl SchedulerBuilder {
                 o.heartbeat, o.staleness
             )));
         }
-        if self.handlers.is_empty() {
-            return Err(Error::InvalidArgument("a scheduler needs at least one handler".into()));
+        if self.handlers.is_empty() && self.workflows.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a scheduler needs at least one task or workflow handler".into(),
+            ));
+        }
+        if o.run_lease < Duration::from_millis(30) {
+            return Err(Error::InvalidArgument(format!(
+                "run_lease ({:?}) must be at least 30 ms",
+                o.run_lease
+            )));
         }
         let application_name = format!("rendezvous scheduler {}", self.host_id);
         let side = Arc::new(Side {
@@ -866,6 +950,8 @@ impl SchedulerBuilder {
             options: self.options,
             tasks: self.tasks,
             handlers: self.handlers,
+            workflow_refs: self.workflows.keys().cloned().collect(),
+            workflows: self.workflows,
             counters: Counters::default(),
             running: Mutex::new(HashMap::new()),
             finished: Notify::new(),
@@ -907,6 +993,7 @@ impl Scheduler {
             options: SchedulerOptions::default(),
             tasks: Vec::new(),
             handlers: HashMap::new(),
+            workflows: HashMap::new(),
         }
     }
 
@@ -940,26 +1027,16 @@ impl Scheduler {
                 Err(_) => job.abort(),
             }
         }
-        let cut_off: Vec<(Firing, i64)> =
-            self.shared.running.lock().expect("running lock").drain().map(|(_, v)| v).collect();
-        for (firing, token) in cut_off {
-            let released = self
-                .shared
-                .side
-                .call(|c| {
-                    let f = firing.clone();
-                    async move { firing::release_firing(&*c, &f, token).await }
-                })
-                .await;
-            match released {
+        let cut_off: Vec<(String, (Work, i64))> =
+            self.shared.running.lock().expect("running lock").drain().collect();
+        for (key, (work, token)) in cut_off {
+            match release(&self.shared, &work, token).await {
                 Ok(true) => {
                     report.released += 1;
                     Counters::add(&self.shared.counters.released);
                 }
                 Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, task_id = %firing.task_id, "could not release a firing at shutdown")
-                }
+                Err(e) => tracing::warn!(error = %e, key, "could not release a claim at shutdown"),
             }
         }
         let host = self.shared.host_id.clone();
@@ -980,16 +1057,28 @@ impl Drop for Scheduler {
     }
 }
 
-/// A control connection, checked and with this host's tasks registered.
-async fn open_control(shared: &Shared) -> Result<Client> {
-    let client =
-        crate::connect_as(&shared.database, &format!("rendezvous scheduler {}", shared.host_id)).await?;
+/// The scheduling loop's connection, and the wake-ups it listens for.
+struct Control {
+    client: Client,
+    /// Announcements of runs that became runnable (when the scheduler has workflows).
+    wakeups: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+}
+
+/// A control connection, checked, with this host's tasks registered, listening for runnable
+/// runs when the scheduler has workflows.
+async fn open_control(shared: &Shared) -> Result<Control> {
+    let watched =
+        crate::connect_watched(&shared.database, &format!("rendezvous scheduler {}", shared.host_id)).await?;
+    let client = watched.client;
     crate::check_extension(&client).await?;
     for spec in &shared.tasks {
         schedule_task(&client, spec).await?;
     }
+    if !shared.workflows.is_empty() {
+        client.batch_execute(sql::LISTEN_RUNS).await?;
+    }
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
-    Ok(client)
+    Ok(Control { client, wakeups: watched.notifications })
 }
 
 /// How far this host's "now" is from the database's: `now_local + offset ≈ now_db`.
@@ -1037,7 +1126,7 @@ const MIN_TICK: Duration = Duration::from_millis(10);
 const GATHER: Duration = Duration::from_millis(50);
 
 /// The scheduling loop; returns the handles of firings still running when it stopped.
-async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut control = Some(first);
     let mut jobs: Vec<JoinHandle<()>> = Vec::new();
     let mut backoff = Duration::from_millis(100);
@@ -1048,7 +1137,7 @@ async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>
             break;
         }
         jobs.retain(|j| !j.is_finished());
-        let client = match control.take().filter(|c| !c.is_closed()) {
+        let mut control_now = match control.take().filter(|c| !c.client.is_closed()) {
             Some(c) => c,
             None => match open_control(&shared).await {
                 Ok(c) => {
@@ -1068,11 +1157,15 @@ async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>
             },
         };
         let ticked = Instant::now();
-        match tick(&shared, &client, &mut view, &mut last_heartbeat, &mut jobs).await {
+        match tick(&shared, &control_now.client, &mut view, &mut last_heartbeat, &mut jobs).await {
             Ok(wait) => {
-                control = Some(client);
+                let wakeups = &mut control_now.wakeups;
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
+                    Some(_) = wakeups.recv() => {
+                        // Runs became runnable: look now, once for all announced meanwhile.
+                        while wakeups.try_recv().is_ok() {}
+                    }
                     _ = shared.finished.notified() => {
                         // Firings finishing one by one must not make a look per firing (each
                         // look costs the database a query): the next look gathers what
@@ -1081,6 +1174,7 @@ async fn run(shared: Arc<Shared>, first: Client, mut stop: watch::Receiver<bool>
                     }
                     _ = stop.changed() => {}
                 }
+                control = Some(control_now);
             }
             Err(e) => {
                 tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler lost its connection; reconnecting");
@@ -1191,7 +1285,8 @@ async fn tick(
                     metrics::counter!(signals::FIRINGS_CLAIMED).increment(1);
                     let late = db_now_est().duration_since(d.firing.fire_at).unwrap_or_default();
                     signals::seconds(signals::FIRING_START_LATENESS, late);
-                    jobs.push(start_job(shared.clone(), d, token, lease)?);
+                    let work = Work::Firing(d.firing.clone());
+                    jobs.push(start_job(shared.clone(), work, token, d.attempts + 1, lease)?);
                 }
                 _ => {
                     Counters::add(&shared.counters.lost_claims);
@@ -1200,8 +1295,36 @@ async fn tick(
             }
         }
     }
+    // Admitted runs, with the slots the firings left: this host's own by HRW at once, others'
+    // after the rank delay (the database decides which, on its clock).
+    let mut next = next;
+    if !shared.workflow_refs.is_empty() && shared.slots.available_permits() > 0 {
+        let free = shared.slots.available_permits();
+        let refs: Vec<&str> = shared.workflow_refs.iter().map(String::as_str).collect();
+        let options = runs::ClaimRuns {
+            max: free as i32,
+            lease: o.run_lease,
+            workflow_refs: Some(&refs),
+            grace: o.rank_delay,
+        };
+        let claims = runs::claim_runs(client, &shared.host_id, &options).await?;
+        let all_taken = claims.len() == free;
+        for claim in claims {
+            Counters::add(&shared.counters.claimed);
+            metrics::counter!(signals::RUNS_CLAIMED).increment(1);
+            let (token, attempt) = (claim.token, claim.attempt);
+            jobs.push(start_job(shared.clone(), Work::Run(claim), token, attempt, o.run_lease)?);
+        }
+        if all_taken {
+            return Ok(MIN_TICK); // there may be more: look again once slots free up
+        }
+        // A retry's backoff or a lease ending: when a run next becomes runnable.
+        if let Some(at) = runs::next_runnable_at(client, Some(&refs)).await? {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
     if shared.slots.available_permits() == 0 {
-        return Ok(o.poll); // woken early by a finishing firing
+        return Ok(o.poll); // woken early by a finishing job
     }
     // Sleep until the database says something becomes due next (by its clock), at most `poll`.
     if let Some(next) = next {
@@ -1218,34 +1341,68 @@ async fn tick(
     Ok(wait.max(MIN_TICK))
 }
 
-/// Starts a claimed firing's handler on its own task.
-fn start_job(shared: Arc<Shared>, due: &DueFiring, token: i64, lease: Duration) -> Result<JoinHandle<()>> {
-    let firing = due.firing.clone();
-    let key = firing.key()?;
-    let attempt = due.attempts + 1;
+/// Starts claimed work's handler on its own task.
+fn start_job(
+    shared: Arc<Shared>,
+    work: Work,
+    token: i64,
+    attempt: i32,
+    lease: Duration,
+) -> Result<JoinHandle<()>> {
+    let key = work.key()?;
     let permit = shared.slots.clone().try_acquire_owned().map_err(|e| Error::TaskFailed(e.to_string()))?;
-    shared.running.lock().expect("running lock").insert(key.clone(), (firing.clone(), token));
+    shared.running.lock().expect("running lock").insert(key.clone(), (work.clone(), token));
     Ok(tokio::spawn(async move {
         let _permit = permit;
-        run_job(&shared, firing, key.clone(), token, attempt, lease).await;
+        run_job(&shared, work, key.clone(), token, attempt, lease).await;
         shared.running.lock().expect("running lock").remove(&key);
         shared.finished.notify_one();
     }))
 }
 
-#[tracing::instrument(level = "debug", skip_all, fields(host_id = %shared.host_id, task_id = %firing.task_id, key = %key, token = token))]
-async fn run_job(
-    shared: &Arc<Shared>,
-    firing: Firing,
-    key: String,
-    token: i64,
-    attempt: i32,
-    lease: Duration,
-) {
-    let Some(handler) = shared.handlers.get(&firing.task_id).cloned() else { return };
+/// Renews a claim's lease on the side connection: `Some` with the new end, `None` when the
+/// claim is gone.
+async fn renew(shared: &Shared, work: &Work, token: i64, lease: Duration) -> Result<Option<SystemTime>> {
+    shared
+        .side
+        .call(|c| {
+            let work = work.clone();
+            async move {
+                match work {
+                    Work::Firing(f) => firing::renew_firing(&*c, &f, token, lease).await,
+                    Work::Run(r) => runs::renew_run(&*c, r.run_id, token, lease).await,
+                }
+            }
+        })
+        .await
+}
+
+/// Gives a claim back unfinished, so the next host takes it at once.
+async fn release(shared: &Shared, work: &Work, token: i64) -> Result<bool> {
+    shared
+        .side
+        .call(|c| {
+            let work = work.clone();
+            async move {
+                match work {
+                    Work::Firing(f) => firing::release_firing(&*c, &f, token).await,
+                    Work::Run(r) => runs::release_run(&*c, r.run_id, token).await,
+                }
+            }
+        })
+        .await
+}
+
+#[tracing::instrument(level = "debug", skip_all, fields(host_id = %shared.host_id, key = %key, token = token))]
+async fn run_job(shared: &Arc<Shared>, work: Work, key: String, token: i64, attempt: i32, lease: Duration) {
+    let handler = match &work {
+        Work::Firing(f) => shared.handlers.get(&f.task_id),
+        Work::Run(r) => shared.workflows.get(&r.workflow_ref),
+    };
+    let Some(handler) = handler.cloned() else { return };
     let completed = Arc::new(AtomicBool::new(false));
     let job = Job {
-        firing: firing.clone(),
+        work: work.clone(),
         key: key.clone(),
         token,
         attempt,
@@ -1254,40 +1411,43 @@ async fn run_job(
         shared: shared.clone(),
         completed: completed.clone(),
     };
-    let work = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
+    let handled = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
     // Renewals run beside the handler on the side connection, never in its way.
-    let renew = async {
+    let renewals = async {
         let every = (lease / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
-            let f = firing.clone();
-            match shared
-                .side
-                .call(|c| {
-                    let f = f.clone();
-                    async move { firing::renew_firing(&*c, &f, token, lease).await }
-                })
-                .await
-            {
+            match renew(shared, &work, token, lease).await {
                 Ok(Some(_)) => {}
                 Ok(None) => tracing::warn!("lease lost while running: another host took over"),
                 Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
             }
         }
     };
-    tokio::pin!(work, renew);
+    tokio::pin!(handled, renewals);
     let outcome = tokio::select! {
-        r = &mut work => r,
-        _ = &mut renew => unreachable!("renewals loop until the work ends"),
+        r = &mut handled => r,
+        _ = &mut renewals => unreachable!("renewals loop until the work ends"),
     };
     match outcome {
-        Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, token),
+        Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, &work, token),
         Ok(Ok(())) => {
-            let (reply, answer) = tokio::sync::oneshot::channel();
-            let _ = shared.completions.send((firing.clone(), token, reply));
-            let result = answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()));
+            let result = match &work {
+                Work::Firing(f) => {
+                    let (reply, answer) = tokio::sync::oneshot::channel();
+                    let _ = shared.completions.send((f.clone(), token, reply));
+                    answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()))
+                }
+                Work::Run(r) => {
+                    let run_id = r.run_id;
+                    let call = shared
+                        .side
+                        .call(|c| async move { runs::complete_run(&*c, run_id, token, None).await });
+                    call.await.map_err(|e| e.to_string())
+                }
+            };
             match result {
-                Ok(true) => done(shared, token),
+                Ok(true) => done(shared, &work, token),
                 Ok(false) => {
                     Counters::add(&shared.counters.stale_completions);
                     tracing::warn!("completion refused: the lease ran out and another host took over");
@@ -1297,46 +1457,84 @@ async fn run_job(
                 }
             }
         }
-        Ok(Err(e)) => record_failure(shared, &firing, token, &e.to_string()).await,
+        Ok(Err(e)) => record_failure(shared, &work, token, &e.to_string()).await,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into());
-            record_failure(shared, &firing, token, &format!("handler panicked: {what}")).await;
+            record_failure(shared, &work, token, &format!("handler panicked: {what}")).await;
         }
     }
 }
 
-fn done(shared: &Shared, token: i64) {
+fn done(shared: &Shared, work: &Work, token: i64) {
     Counters::add(&shared.counters.completed);
-    metrics::counter!(signals::FIRINGS_COMPLETED).increment(1);
-    if token > 1 {
-        metrics::counter!(signals::FIRINGS_TAKEN_OVER).increment(1);
+    match work {
+        Work::Firing(_) => {
+            metrics::counter!(signals::FIRINGS_COMPLETED).increment(1);
+            if token > 1 {
+                metrics::counter!(signals::FIRINGS_TAKEN_OVER).increment(1);
+            }
+        }
+        Work::Run(_) => metrics::counter!(signals::RUNS_COMPLETED).increment(1),
     }
 }
 
-async fn record_failure(shared: &Shared, firing: &Firing, token: i64, error: &str) {
+/// Where a failed attempt left its firing or run.
+enum Failure {
+    /// Retried (at this instant, when known).
+    Retry(Option<SystemTime>),
+    /// Failed for good.
+    Final,
+    /// Nothing recorded: the claim had been taken over.
+    Stale,
+}
+
+async fn record_failure(shared: &Shared, work: &Work, token: i64, error: &str) {
     Counters::add(&shared.counters.failed_attempts);
-    metrics::counter!(signals::FIRINGS_FAILED).increment(1);
-    let outcome = shared
-        .side
-        .call(|c| {
-            let f = firing.clone();
-            let error = error.to_owned();
-            async move { fail_firing(&*c, &f, token, &error).await }
-        })
-        .await;
+    let outcome = match work {
+        Work::Firing(firing) => {
+            metrics::counter!(signals::FIRINGS_FAILED).increment(1);
+            shared
+                .side
+                .call(|c| {
+                    let f = firing.clone();
+                    let error = error.to_owned();
+                    async move { fail_firing(&*c, &f, token, &error).await }
+                })
+                .await
+                .map(|f| match f {
+                    FailOutcome::RetryAt(at) => Failure::Retry(Some(at)),
+                    FailOutcome::Failed => Failure::Final,
+                    FailOutcome::Stale => Failure::Stale,
+                })
+        }
+        Work::Run(run) => {
+            metrics::counter!(signals::RUNS_FAILED).increment(1);
+            let run_id = run.run_id;
+            let failed = shared
+                .side
+                .call(|c| {
+                    let error = error.to_owned();
+                    async move { runs::fail_run(&*c, run_id, token, &error).await }
+                })
+                .await;
+            failed.map(|f| match f {
+                runs::RunFailure::Retrying => Failure::Retry(None),
+                runs::RunFailure::Failed => Failure::Final,
+                runs::RunFailure::Stale => Failure::Stale,
+            })
+        }
+    };
     match outcome {
-        Ok(FailOutcome::RetryAt(at)) => {
-            tracing::warn!(error, retry_at = ?at, "firing failed; it will be retried")
-        }
-        Ok(FailOutcome::Failed) => {
+        Ok(Failure::Retry(at)) => tracing::warn!(error, retry_at = ?at, "attempt failed; it will be retried"),
+        Ok(Failure::Final) => {
             Counters::add(&shared.counters.failed_for_good);
-            tracing::error!(error, "firing failed for good (max attempts reached)");
+            tracing::error!(error, "failed for good (max attempts reached)");
         }
-        Ok(FailOutcome::Stale) => tracing::warn!(error, "firing failed, but the claim had been taken over"),
+        Ok(Failure::Stale) => tracing::warn!(error, "attempt failed, but the claim had been taken over"),
         Err(e) => {
             tracing::warn!(error = %e, "could not record the failure; the lease will run out and it is retried")
         }

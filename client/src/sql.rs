@@ -91,9 +91,44 @@ statements! {
        FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text)"
         (TEXT, TEXT, JSONB, TEXT)
         -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
-    /// `$1` run id, `$2` state.
-    SET_RUN_STATE = "SELECT rendezvous.set_run_state($1::int8, $2::text)"
-        (INT8, TEXT) -> ("set_run_state": BOOL);
+    /// Admission with a retry policy: as SPAWN_RUN, then `$5` max attempts, `$6` backoff in seconds.
+    SPAWN_RUN_WITH_POLICY = "SELECT run_id, created, same_request, pg_catalog.pg_backend_pid()
+       FROM rendezvous.spawn_run($1::text, $2::text, $3::jsonb, $4::text, $5::int4,
+                                 pg_catalog.make_interval(secs => $6::float8))"
+        (TEXT, TEXT, JSONB, TEXT, INT4, FLOAT8)
+        -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
+    /// Run claims: `$1` host, `$2` max, `$3` lease in seconds, `$4` workflow refs (NULL: any),
+    /// `$5` grace per rank in seconds.
+    CLAIM_RUNS = "SELECT run_id, token, tenant_id, workflow_ref, input, attempt, pg_catalog.pg_backend_pid()
+       FROM rendezvous.claim_runs($1::text, $2::int4, pg_catalog.make_interval(secs => $3::float8), $4::text[],
+                                  pg_catalog.make_interval(secs => $5::float8))"
+        (TEXT, INT4, FLOAT8, TEXT_ARRAY, FLOAT8)
+        -> ("run_id": INT8, "token": INT8, "tenant_id": TEXT, "workflow_ref": TEXT, "input": JSONB,
+            "attempt": INT4, "pg_backend_pid": INT4);
+    /// `$1` run id, `$2` token, `$3` lease in seconds.
+    RENEW_RUN = "SELECT rendezvous.renew_run($1::int8, $2::int8, pg_catalog.make_interval(secs => $3::float8))"
+        (INT8, INT8, FLOAT8) -> ("renew_run": TIMESTAMPTZ);
+    /// `$1` run id, `$2` token, `$3` output.
+    COMPLETE_RUN = "SELECT rendezvous.complete_run($1::int8, $2::int8, $3::jsonb), pg_catalog.pg_backend_pid()"
+        (INT8, INT8, JSONB) -> ("complete_run": BOOL, "pg_backend_pid": INT4);
+    /// `$1` run id, `$2` token, `$3` error.
+    FAIL_RUN = "SELECT rendezvous.fail_run($1::int8, $2::int8, $3::text), pg_catalog.pg_backend_pid()"
+        (INT8, INT8, TEXT) -> ("fail_run": TEXT, "pg_backend_pid": INT4);
+    /// `$1` run id, `$2` token.
+    RELEASE_RUN = "SELECT rendezvous.release_run($1::int8, $2::int8)"
+        (INT8, INT8) -> ("release_run": BOOL);
+    /// `$1` run id, `$2` token.
+    ASSERT_RUN = "SELECT rendezvous.assert_run($1::int8, $2::int8)"
+        (INT8, INT8) -> ("assert_run": VOID);
+    /// `$1` run id.
+    CANCEL_RUN = "SELECT rendezvous.cancel_run($1::int8)"
+        (INT8) -> ("cancel_run": BOOL);
+    /// `$1` workflow refs (NULL: any).
+    NEXT_RUNNABLE_AT = "SELECT rendezvous.next_runnable_at($1::text[])"
+        (TEXT_ARRAY) -> ("next_runnable_at": TIMESTAMPTZ);
+    /// Wake-ups when a run becomes runnable (spawn, retry, a holder gone, a release).
+    LISTEN_RUNS = "LISTEN rendezvous_runs"
+        () -> ();
     /// `$1` age in seconds.
     PURGE_RUNS = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))"
         (FLOAT8) -> ("purge_runs": INT8);

@@ -205,12 +205,41 @@ BEGIN
     RETURNING r.state INTO left_in;
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
+        IF left_in = 'pending' THEN
+            PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        END IF;
     END IF;
     RETURN left_in;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.fail_run(bigint, bigint, text) IS
     'Records a failed attempt of a running run: pending again after its backoff (doubling, at most 1 hour) while attempts are left, else failed for good. Returns the state it left the run in, or NULL for a stale token.';
+
+-- Gives a running run back, unfinished, so another host claims it at once (a host shutting
+-- down with work still running): pending, runnable now, and the attempt is not counted.
+-- False when token is not its current claim.
+CREATE FUNCTION rendezvous.release_run(run_id bigint, token bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM rendezvous._check_run_token(release_run.run_id, release_run.token);
+    UPDATE rendezvous.runs r
+       SET state = 'pending', runnable_at = now_, attempts = greatest(r.attempts - 1, 0),
+           holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
+     WHERE r.run_id = release_run.run_id AND r.token = release_run.token AND r.state = 'running';
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_run(bigint, bigint) IS
+    'Gives a running run back unfinished (its attempt not counted), so another host claims it at once; false for a stale token.';
 
 -- Fencing inside the caller's transaction, like assert_firing: raises RZ001 unless token is
 -- the run's current, running claim. FOR SHARE: a takeover, completion or cancel waits for this

@@ -150,13 +150,27 @@ async fn tenants_duplicates_of_another_request_and_purge() {
 
     // Purge: only finished runs older than the bound; a purged key admits a new run.
     assert_eq!(admission::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 0);
-    assert!(admission::set_run_state(&client, a.run_id, "succeeded").await.unwrap());
+    // Run it to success: claim (everything admitted so far), complete the keyed one.
+    let claims = rendezvous_client::runs::claim_runs(
+        &client,
+        "host-a",
+        &rendezvous_client::runs::ClaimRuns {
+            max: 100,
+            grace: std::time::Duration::ZERO,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let mine = claims.iter().find(|c| c.run_id == a.run_id).expect("the keyed run was claimed");
+    assert!(rendezvous_client::runs::complete_run(&client, a.run_id, mine.token, None).await.unwrap());
     assert_eq!(admission::purge_runs(&client, std::time::Duration::from_secs(3600)).await.unwrap(), 0);
     assert_eq!(admission::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 1);
     let fresh = spawn_run(&client, "tenant-a", "wf", &json!({}), Some("same-key")).await.unwrap();
     assert!(fresh.created);
     assert_ne!(fresh.run_id, a.run_id);
-    assert!(!admission::set_run_state(&client, a.run_id, "failed").await.unwrap());
+    // The purged run is gone: its old token completes nothing.
+    assert!(!rendezvous_client::runs::complete_run(&client, a.run_id, mine.token, None).await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -173,7 +187,8 @@ async fn bad_admission_input_gets_a_sqlstate() {
         ("SELECT rendezvous.spawn_run('t', 'wf', '{}', repeat('k', 513))", SqlState::INVALID_PARAMETER_VALUE),
         ("SELECT rendezvous.spawn_run(repeat('t', 257), 'wf')", SqlState::INVALID_PARAMETER_VALUE),
         ("SELECT rendezvous.spawn_run('t', 'wf', 'not json')", SqlState::INVALID_TEXT_REPRESENTATION),
-        ("SELECT rendezvous.set_run_state(1, 'done')", SqlState::INVALID_PARAMETER_VALUE),
+        ("SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 0)", SqlState::INVALID_PARAMETER_VALUE),
+        ("SELECT rendezvous.spawn_run('t', 'wf', '{}', NULL, 3, '-1 s')", SqlState::INVALID_PARAMETER_VALUE),
         ("SELECT rendezvous.purge_runs('-1 day')", SqlState::INVALID_PARAMETER_VALUE),
     ];
     for (query, code) in cases {

@@ -50,12 +50,18 @@ async fn twenty_concurrent_claimers_one_wins() {
             let (barrier, firing) = (barrier.clone(), firing.clone());
             tasks.push(tokio::spawn(async move {
                 barrier.wait().await;
-                claim_firing(&client, &firing, &format!("host-{i}"), Duration::from_secs(60)).await.unwrap()
+                let claim = claim_firing(&client, &firing, &format!("host-{i}"), Duration::from_secs(60)).await;
+                // The connection stays open until every claimer answered: a claim ends with
+                // its session, and a closed one would be taken over at once.
+                (claim.unwrap(), client)
             }));
         }
         let mut claims = Vec::new();
+        let mut sessions = Vec::new();
         for t in tasks {
-            claims.push(t.await.unwrap());
+            let (claim, client) = t.await.unwrap();
+            claims.push(claim);
+            sessions.push(client);
         }
         let winners: Vec<_> = claims.iter().filter(|c| c.claimed).collect();
         assert_eq!(winners.len(), 1, "round {round}: {claims:?}");

@@ -8,6 +8,7 @@ mod hrw;
 mod leader;
 mod membership;
 mod roles;
+mod runs;
 mod schedule;
 mod signals;
 mod sweep;

@@ -40,7 +40,7 @@ fn recording(host: &'static str) -> impl Fn(Job) -> futures_like::BoxFut + Send 
                 .await?
                 .execute(
                     "INSERT INTO starts (key, token, host, fire_at) VALUES ($1, $2, $3, $4)",
-                    &[&job.key().to_owned(), &job.token(), &host, &job.firing().fire_at],
+                    &[&job.key().to_owned(), &job.token(), &host, &job.firing().unwrap().fire_at],
                 )
                 .await?;
             let key = job.key().to_owned();
@@ -147,7 +147,7 @@ async fn a_failing_task_is_retried_with_backoff_then_failed_for_good_without_a_h
         .task(spec, move |job: Job| {
             let counter = counter.clone();
             async move {
-                if job.firing().task_id == "flaky" {
+                if job.firing().is_some_and(|f| f.task_id == "flaky") {
                     counter.fetch_add(1, Ordering::SeqCst);
                 }
                 Err::<(), _>(std::io::Error::other("the upstream is down"))

@@ -1,0 +1,215 @@
+//! Running admitted runs: the low-level calls, for callers who compute their own work. A
+//! [`Scheduler`](crate::Scheduler) with [`workflow`](crate::SchedulerBuilder::workflow)
+//! handlers drives all of this by itself.
+//!
+//! A run is claimed by one host at a time ([`claim_runs`]), with a token and a lease on the
+//! database clock; the claim also ends when the claiming (or last renewing) session does, so a
+//! dead holder's run is taken over at once. The holder renews ([`renew_run`]) and ends the
+//! attempt with [`complete_run`] (in the same transaction as its effects, after
+//! [`assert_run`], for effects exactly once), [`fail_run`] (retried after its backoff while
+//! attempts are left) or [`release_run`]. A finished run never runs again.
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use tokio_postgres::GenericClient;
+
+use crate::{replication, sql, Admission, Result};
+
+/// A run this host claimed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunClaim {
+    /// The run.
+    pub run_id: i64,
+    /// This claim's token: fences the run's writes ([`assert_run`]) and ends the attempt.
+    pub token: i64,
+    /// Whose run it is.
+    pub tenant_id: String,
+    /// What to run.
+    pub workflow_ref: String,
+    /// The run's input, as admitted.
+    pub input: serde_json::Value,
+    /// Which attempt this is: 1 for the first; retries and takeovers count up.
+    pub attempt: i32,
+}
+
+impl RunClaim {
+    /// The run's key, as HRW places it: `run:<run_id>`.
+    pub fn key(&self) -> String {
+        format!("run:{}", self.run_id)
+    }
+}
+
+/// How a run is retried: at most `max_attempts` attempts, the n-th retry after
+/// `backoff × 2^(n−1)` (at most an hour). The default is 3 attempts, 10 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, 1 to 1000 (1: never retried).
+    pub max_attempts: i32,
+    /// The first retry's delay; each later one doubles it.
+    pub backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { max_attempts: 3, backoff: Duration::from_secs(10) }
+    }
+}
+
+/// [`spawn_run`](crate::spawn_run) with a retry policy of its own. A repeat with the same
+/// dispatch key returns the first run, whose policy stays as first admitted.
+pub async fn spawn_run_with_policy(
+    client: &impl GenericClient,
+    tenant_id: &str,
+    workflow_ref: &str,
+    input: &impl Serialize,
+    dispatch_key: Option<&str>,
+    policy: RetryPolicy,
+) -> Result<Admission> {
+    crate::admission::spawn(client, tenant_id, workflow_ref, input, dispatch_key, Some(policy)).await
+}
+
+/// What [`claim_runs`] takes beyond the host: how many, for how long, which workflows, and how
+/// long a run waits per HRW rank before this host may take it.
+#[derive(Debug, Clone)]
+pub struct ClaimRuns<'a> {
+    /// At most this many runs (1 to 10,000).
+    pub max: i32,
+    /// The lease; renew well within it.
+    pub lease: Duration,
+    /// Only these workflows (`None`: any).
+    pub workflow_refs: Option<&'a [&'a str]>,
+    /// A run's rank-r host (over the live set) may claim it r × `grace` after it became
+    /// runnable; its rank-0 host at once.
+    pub grace: Duration,
+}
+
+impl Default for ClaimRuns<'_> {
+    fn default() -> Self {
+        ClaimRuns {
+            max: 1,
+            lease: Duration::from_secs(30),
+            workflow_refs: None,
+            grace: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Claims up to `options.max` runnable runs for `host_id`, oldest first, skipping runs another
+/// session holds a lock on (it never waits for another claimer). Durable before it answers.
+#[tracing::instrument(level = "debug", skip_all, fields(host_id = host_id, max = options.max))]
+pub async fn claim_runs(
+    client: &impl GenericClient,
+    host_id: &str,
+    options: &ClaimRuns<'_>,
+) -> Result<Vec<RunClaim>> {
+    let refs: Option<Vec<&str>> = options.workflow_refs.map(<[&str]>::to_vec);
+    let call = async {
+        let rows = client
+            .query(
+                sql::CLAIM_RUNS,
+                &[&host_id, &options.max, &options.lease.as_secs_f64(), &refs, &options.grace.as_secs_f64()],
+            )
+            .await?;
+        let pid = rows.first().map(|r| r.get(6));
+        Ok((rows, pid))
+    };
+    let rows = replication::acknowledged("claim_runs", call).await?;
+    Ok(rows
+        .iter()
+        .map(|r| RunClaim {
+            run_id: r.get(0),
+            token: r.get(1),
+            tenant_id: r.get(2),
+            workflow_ref: r.get(3),
+            input: r.get(4),
+            attempt: r.get(5),
+        })
+        .collect())
+}
+
+/// Extends the claim's lease from now and binds it to this connection's session; `None` when
+/// the claim is gone (stop working on the run).
+pub async fn renew_run(
+    client: &impl GenericClient,
+    run_id: i64,
+    token: i64,
+    lease: Duration,
+) -> Result<Option<SystemTime>> {
+    Ok(client.query_one(sql::RENEW_RUN, &[&run_id, &token, &lease.as_secs_f64()]).await?.get(0))
+}
+
+/// Marks the run succeeded, with `output`; false when `token` no longer holds it. Call it in
+/// the transaction that writes the run's effects, after [`assert_run`], for effects exactly
+/// once (repeating it is harmless).
+pub async fn complete_run(
+    client: &impl GenericClient,
+    run_id: i64,
+    token: i64,
+    output: Option<&serde_json::Value>,
+) -> Result<bool> {
+    let call = async {
+        let row = client.query_one(sql::COMPLETE_RUN, &[&run_id, &token, &output]).await?;
+        let pid = row.get(1);
+        Ok((row, Some(pid)))
+    };
+    Ok(replication::acknowledged("complete_run", call).await?.get(0))
+}
+
+/// Where a failed attempt left its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunFailure {
+    /// Pending again: retried after its backoff.
+    Retrying,
+    /// Failed for good: that was its last attempt.
+    Failed,
+    /// Nothing recorded: the token no longer held the run.
+    Stale,
+}
+
+/// Records a failed attempt with its error.
+pub async fn fail_run(
+    client: &impl GenericClient,
+    run_id: i64,
+    token: i64,
+    error: &str,
+) -> Result<RunFailure> {
+    let call = async {
+        let row = client.query_one(sql::FAIL_RUN, &[&run_id, &token, &error]).await?;
+        let pid = row.get(1);
+        Ok((row, Some(pid)))
+    };
+    let left_in: Option<String> = replication::acknowledged("fail_run", call).await?.get(0);
+    Ok(match left_in.as_deref() {
+        Some("pending") => RunFailure::Retrying,
+        Some(_) => RunFailure::Failed,
+        None => RunFailure::Stale,
+    })
+}
+
+/// Gives the run back unfinished (its attempt not counted), so another host claims it at once.
+pub async fn release_run(client: &impl GenericClient, run_id: i64, token: i64) -> Result<bool> {
+    Ok(client.query_one(sql::RELEASE_RUN, &[&run_id, &token]).await?.get(0))
+}
+
+/// Fencing: fails with SQLSTATE `RZ001` unless `token` is the run's current claim and the run
+/// is running. Call it in the same transaction as the run's writes.
+pub async fn assert_run(client: &impl GenericClient, run_id: i64, token: i64) -> Result<()> {
+    client.execute(sql::ASSERT_RUN, &[&run_id, &token]).await?;
+    Ok(())
+}
+
+/// Cancels a pending or running run (as a member of `rendezvous_admin`): it never runs again,
+/// and its holder's token completes and fences nothing. False when it had finished.
+pub async fn cancel_run(client: &impl GenericClient, run_id: i64) -> Result<bool> {
+    Ok(client.query_one(sql::CANCEL_RUN, &[&run_id]).await?.get(0))
+}
+
+/// When the next run becomes runnable that is not runnable now (a retry's backoff, a lease's
+/// end), on the database clock; `None` when there is none.
+pub async fn next_runnable_at(
+    client: &impl GenericClient,
+    workflow_refs: Option<&[&str]>,
+) -> Result<Option<SystemTime>> {
+    let refs: Option<Vec<&str>> = workflow_refs.map(<[&str]>::to_vec);
+    Ok(client.query_one(sql::NEXT_RUNNABLE_AT, &[&refs]).await?.get(0))
+}

@@ -1,0 +1,319 @@
+//! Runs that run, through the client: exactly-once execution under 16 concurrent claimers, a
+//! killed or terminated holder's run taken over at once, retries then failure for good, the
+//! Scheduler's workflows woken by NOTIFY, and a firing that spawns one run however often it
+//! retries. (Transitions, fencing and the host role's EXECUTE-only access: pg_test/sql/runs.sql.)
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rendezvous_client::runs::{self, claim_runs, ClaimRuns, RetryPolicy, RunFailure};
+use rendezvous_client::{spawn_run, Job, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_tests::{wait_for_count, TestDb};
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+/// Each run's effect is written in the transaction that completes it, fenced by its token: 16
+/// claimers racing over 2,000 runs write every effect exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn sixteen_concurrent_claimers_execute_every_run_exactly_once() {
+    const RUNS: i64 = 2000;
+    let db = TestDb::new("runs_sixteen").await;
+    let admin = db.connect().await;
+    admin.batch_execute("CREATE TABLE effects (run_id bigint, token bigint, host text)").await.unwrap();
+    for i in 0..RUNS {
+        spawn_run(&admin, "acme", "deliver", &json!({ "i": i }), Some(&format!("msg-{i}"))).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for c in 0..16 {
+        let mut client = db.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let host = format!("host-{c}");
+            let mut executed = 0;
+            loop {
+                let options = ClaimRuns { max: 8, grace: Duration::ZERO, ..Default::default() };
+                let claims = claim_runs(&client, &host, &options)
+                    .await
+                    .expect("claim_runs never fails for contention");
+                if claims.is_empty() {
+                    return executed;
+                }
+                for claim in claims {
+                    let tx = client.transaction().await.unwrap();
+                    runs::assert_run(&tx, claim.run_id, claim.token).await.unwrap();
+                    tx.execute(
+                        "INSERT INTO effects VALUES ($1, $2, $3)",
+                        &[&claim.run_id, &claim.token, &host],
+                    )
+                    .await
+                    .unwrap();
+                    assert!(runs::complete_run(&tx, claim.run_id, claim.token, None).await.unwrap());
+                    tx.commit().await.unwrap();
+                    executed += 1;
+                }
+            }
+        }));
+    }
+    let mut executed = 0;
+    for t in tasks {
+        executed += t.await.unwrap();
+    }
+    assert_eq!(executed, RUNS);
+    let row = admin
+        .query_one(
+            "SELECT count(*), count(DISTINCT run_id), count(DISTINCT host),
+                    (SELECT count(*) FROM rendezvous.runs WHERE state = 'succeeded')
+               FROM effects",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (effects, distinct, hosts, succeeded): (i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    assert_eq!((effects, distinct, succeeded), (RUNS, RUNS, RUNS), "every run once");
+    assert!(hosts > 1, "the work was shared ({hosts} hosts)");
+}
+
+/// Starts `claimer` (tests/src/bin/claimer.rs) with `args` and waits until it holds its claim:
+/// the process, and the claim's run id and token.
+async fn claimer(url: &str, args: &[&str]) -> (tokio::process::Child, i64, i64) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_claimer"))
+        .arg(url)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line =
+        tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let mut words = line.split(' ').skip(1).map(|w| w.parse::<i64>().unwrap());
+    (child, words.next().unwrap(), words.next().unwrap())
+}
+
+/// The claim ends with its holder's session (#23): a claimer process holding a run and a firing
+/// for an hour is SIGKILLed, and another host claims both within a second, with higher tokens;
+/// the dead holder's tokens complete nothing. The same for a backend an operator terminates.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_holders_run_and_firing_are_taken_over_within_a_second() {
+    let db = TestDb::new("runs_killed").await;
+    let client = db.connect().await;
+    let fire_at =
+        UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() - 1);
+    let firing = rendezvous_client::Firing::new("nightly", fire_at);
+    let secs = fire_at.duration_since(UNIX_EPOCH).unwrap().as_secs().to_string();
+    for (round, how) in ["SIGKILL", "pg_terminate_backend"].into_iter().enumerate() {
+        let workflow = format!("deliver-{round}");
+        let task = format!("nightly-{round}");
+        let firing = rendezvous_client::Firing::new(task.clone(), firing.fire_at);
+        let admitted = spawn_run(&client, "acme", &workflow, &json!({}), None).await.unwrap();
+        let (mut run_holder, run_id, run_token) = claimer(&db.url, &["run", &workflow, "dead-host"]).await;
+        let (mut firing_holder, _, firing_token) =
+            claimer(&db.url, &["firing", &task, &secs, "dead-host"]).await;
+        assert_eq!(run_id, admitted.run_id);
+        // Held: nobody else gets them while the holders live (an hour's lease).
+        let options = ClaimRuns { max: 10, grace: Duration::ZERO, ..Default::default() };
+        assert!(claim_runs(&client, "live-host", &options).await.unwrap().is_empty());
+        let other =
+            rendezvous_client::firing::claim_firing(&client, &firing, "live-host", Duration::from_secs(60));
+        assert!(!other.await.unwrap().claimed);
+
+        let killed = Instant::now();
+        if how == "SIGKILL" {
+            run_holder.start_kill().unwrap();
+            firing_holder.start_kill().unwrap();
+            run_holder.wait().await.unwrap();
+            firing_holder.wait().await.unwrap();
+        } else {
+            client
+                .execute(
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+                    &[],
+                )
+                .await
+                .unwrap();
+        }
+        let (mut run_claim, mut firing_claim) = (None, None);
+        while (run_claim.is_none() || firing_claim.is_none()) && killed.elapsed() < Duration::from_secs(5) {
+            if run_claim.is_none() {
+                run_claim = claim_runs(&client, "live-host", &options).await.unwrap().pop();
+            }
+            if firing_claim.is_none() {
+                let c = rendezvous_client::firing::claim_firing(
+                    &client,
+                    &firing,
+                    "live-host",
+                    Duration::from_secs(60),
+                );
+                firing_claim = Some(c.await.unwrap()).filter(|c| c.claimed);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let took = killed.elapsed();
+        let (run_claim, firing_claim) =
+            (run_claim.expect("run taken over"), firing_claim.expect("firing taken over"));
+        assert!(took < Duration::from_secs(1), "{how}: taken over after {took:?}");
+        assert_eq!(run_claim.run_id, run_id);
+        assert!(run_claim.token > run_token && firing_claim.token.unwrap() > firing_token);
+        assert!(
+            !runs::complete_run(&client, run_id, run_token, None).await.unwrap(),
+            "the dead holder's token"
+        );
+        assert!(!rendezvous_client::firing::complete_firing(&client, &firing, firing_token).await.unwrap());
+        assert!(runs::complete_run(&client, run_id, run_claim.token, None).await.unwrap());
+        drop((run_holder, firing_holder));
+    }
+}
+
+/// Failures: a failing attempt is retried (its backoff, by the database clock) until the run's
+/// max attempts, then the run fails for good with its last error; a stale token records nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_attempts_are_retried_then_the_run_fails_for_good() {
+    let db = TestDb::new("runs_retry").await;
+    let client = db.connect().await;
+    let policy = RetryPolicy { max_attempts: 3, backoff: Duration::from_millis(100) };
+    let run =
+        runs::spawn_run_with_policy(&client, "acme", "flaky", &json!({}), Some("k"), policy).await.unwrap();
+    let options = ClaimRuns { grace: Duration::ZERO, ..Default::default() };
+    let mut tokens = Vec::new();
+    for attempt in 1..=3 {
+        let started = Instant::now();
+        let claim = loop {
+            if let Some(c) = claim_runs(&client, "h", &options).await.unwrap().pop() {
+                break c;
+            }
+            assert!(started.elapsed() < Duration::from_secs(5), "attempt {attempt} never became runnable");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!((claim.run_id, claim.attempt), (run.run_id, attempt));
+        tokens.push(claim.token);
+        let left =
+            runs::fail_run(&client, claim.run_id, claim.token, &format!("boom {attempt}")).await.unwrap();
+        assert_eq!(left, if attempt < 3 { RunFailure::Retrying } else { RunFailure::Failed });
+        assert_eq!(
+            runs::fail_run(&client, claim.run_id, claim.token, "again").await.unwrap(),
+            RunFailure::Stale
+        );
+    }
+    assert!(tokens.windows(2).all(|w| w[1] > w[0]), "tokens increase: {tokens:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(claim_runs(&client, "h", &options).await.unwrap().is_empty(), "a failed run never runs again");
+    let row = client.query_one("SELECT state, attempts, last_error FROM rendezvous.runs", &[]).await.unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i32>(1), row.get::<_, String>(2)),
+        ("failed".into(), 3, "boom 3".into())
+    );
+}
+
+/// A Scheduler runs admitted runs of its workflows: an idle one (polling once a minute) starts
+/// a new run at once, woken by the NOTIFY spawn_run sends; a failing handler's run is retried
+/// by the scheduler until it succeeds, and every run ends succeeded exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduler_runs_its_workflows_woken_by_notify() {
+    let db = TestDb::new("runs_scheduler").await;
+    let client = db.connect().await;
+    let started: Arc<Mutex<HashMap<i64, (Instant, u32)>>> = Arc::default();
+    let failures = Arc::new(AtomicU32::new(0));
+    let options =
+        SchedulerOptions::default().with_poll(Duration::from_secs(60)).with_rank_delay(Duration::ZERO);
+    let (s, f) = (started.clone(), failures.clone());
+    let scheduler = Scheduler::builder(db.url.as_str(), "host-a")
+        .options(options)
+        .workflow("deliver", move |mut job: Job| {
+            let (started, failures) = (s.clone(), f.clone());
+            async move {
+                let run = job.run().expect("a run").clone();
+                started.lock().unwrap().entry(run.run_id).or_insert((Instant::now(), 0)).1 += 1;
+                if run.input["flaky"] == json!(true) && run.attempt == 1 {
+                    failures.fetch_add(1, Ordering::SeqCst);
+                    return Err("a planned failure".to_string());
+                }
+                let tx = job.transaction().await.map_err(|e| e.to_string())?;
+                tx.complete_with(Some(json!({ "delivered": run.run_id }))).await.map_err(|e| e.to_string())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await; // idle now, until its next poll in a minute
+    let policy = RetryPolicy { max_attempts: 3, backoff: Duration::ZERO };
+    let admitted_at = Instant::now();
+    let quick = spawn_run(&client, "acme", "deliver", &json!({}), None).await.unwrap();
+    let flaky =
+        runs::spawn_run_with_policy(&client, "acme", "deliver", &json!({ "flaky": true }), None, policy)
+            .await
+            .unwrap();
+    wait_for_count(&client, "SELECT count(*) FROM rendezvous.runs WHERE state = 'succeeded'", 2).await;
+    let picked_up = started.lock().unwrap()[&quick.run_id].0.duration_since(admitted_at);
+    assert!(picked_up < Duration::from_secs(5), "an idle scheduler started a new run after {picked_up:?}");
+    let row = client
+        .query_one("SELECT attempts, output FROM rendezvous.runs WHERE run_id = $1", &[&flaky.run_id])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 2, "the flaky run succeeded on its second attempt");
+    assert_eq!(row.get::<_, serde_json::Value>(1), json!({ "delivered": flaky.run_id }));
+    assert_eq!(failures.load(Ordering::SeqCst), 1);
+    scheduler.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// The way to turn a schedule into work: a firing's handler spawns a run with the firing's key
+/// as dispatch_key. However often the firing is retried, it admits one run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_firing_that_spawns_a_run_gets_one_run_however_often_it_retries() {
+    let db = TestDb::new("runs_from_firing").await;
+    let client = db.connect().await;
+    let attempts: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let a = attempts.clone();
+    let task = TaskSpec::every("report", Duration::from_secs(3600))
+        .with_max_attempts(5)
+        .with_retry_backoff(Duration::ZERO);
+    let options =
+        SchedulerOptions::default().with_poll(Duration::from_millis(100)).with_rank_delay(Duration::ZERO);
+    let scheduler = Scheduler::builder(db.url.as_str(), "host-a")
+        .options(options)
+        .task(task, move |job: Job| {
+            let attempts = a.clone();
+            async move {
+                let key = job.key().to_owned();
+                spawn_run(job.client().await?, "acme", "report", &json!({}), Some(&key)).await?;
+                // The first two attempts fail after admitting: each retry admits again.
+                let n = {
+                    let mut attempts = attempts.lock().unwrap();
+                    let n = attempts.entry(key).or_default();
+                    *n += 1;
+                    *n
+                };
+                if n <= 2 {
+                    return Err(rendezvous_client::Error::InvalidArgument("a planned failure".into()));
+                }
+                Ok(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    // Due now: the last hour boundary, which the catch-up policy (latest) runs.
+    client
+        .execute(
+            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
+            &[],
+        )
+        .await
+        .unwrap();
+    wait_for_count(&client, "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", 1)
+        .await;
+    scheduler.shutdown(Duration::from_secs(5)).await.unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    assert_eq!(attempts.len(), 1, "one firing: {attempts:?}");
+    assert_eq!(attempts.values().next(), Some(&3), "three attempts");
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT dispatch_key), min(dispatch_key) FROM rendezvous.runs",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1, 1), "one run for the firing");
+    assert_eq!(row.get::<_, Option<String>>(2).as_deref(), attempts.keys().next().map(String::as_str));
+}
