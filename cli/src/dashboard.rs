@@ -246,6 +246,18 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             x["lateness_ms"].as_f64().map(|ms| format!("{ms:.0} ms")).unwrap_or_default()
         );
     }
+    o.push_str("</table><h2>Run queue</h2><table id=\"run-queue\"><tr><th>workflow</th><th>pending</th><th>runnable</th><th>running</th><th>oldest runnable waiting</th></tr>");
+    for q in v["run_queue"].as_array().into_iter().flatten() {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s(&q["workflow"]),
+            s(&q["pending"]),
+            s(&q["runnable"]),
+            s(&q["running"]),
+            q["oldest_runnable_seconds"].as_f64().map(|x| format!("{x:.1} s")).unwrap_or_default()
+        );
+    }
     o.push_str("</table><h2>Recent runs</h2><table id=\"runs\"><tr><th>run</th><th>tenant</th><th>workflow</th><th>state</th></tr>");
     for r in v["recent_runs"].as_array().into_iter().flatten() {
         let _ = write!(

@@ -85,8 +85,19 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .iter()
     .map(|r| json!({"run_id": r.get::<_, i64>(0), "tenant": r.get::<_, String>(1), "workflow": r.get::<_, String>(2), "dispatch_key": r.get::<_, String>(3), "state": r.get::<_, String>(4)}))
     .collect();
+    // The run queue per workflow (unfinished runs only: cheap at any history).
+    let queue: Vec<Value> = rows(
+        client,
+        "SELECT workflow_ref, pending, runnable, running, extract(epoch FROM oldest_runnable_age)::float8
+           FROM rendezvous.status_run_queue ORDER BY workflow_ref LIMIT 50",
+    )
+    .await?
+    .iter()
+    .map(|r| json!({"workflow": r.get::<_, String>(0), "pending": r.get::<_, i64>(1), "runnable": r.get::<_, i64>(2), "running": r.get::<_, i64>(3), "oldest_runnable_seconds": r.get::<_, Option<f64>>(4)}))
+    .collect();
     Ok(json!({
         "hosts": hosts,
+        "run_queue": queue,
         "leaders": leaders,
         "replication": replication,
         "tasks": tasks,
@@ -180,6 +191,26 @@ pub fn prometheus(v: &Value) -> String {
         "The task's firings failed for good, kept.",
         tasks.iter().map(|t| (task(t), t["failed"].as_f64().unwrap_or(0.0))).collect(),
     );
+    let queue = v["run_queue"].as_array().cloned().unwrap_or_default();
+    let workflow = |q: &Value| format!("{{workflow=\"{}\"}}", label(q["workflow"].as_str().unwrap_or("")));
+    family(
+        "rendezvous_runs_pending",
+        "Runs of the workflow waiting to be claimed (runnable now, or after a retry's backoff).",
+        queue.iter().map(|q| (workflow(q), q["pending"].as_f64().unwrap_or(0.0))).collect(),
+    );
+    family(
+        "rendezvous_runs_running",
+        "Runs of the workflow held by a host now.",
+        queue.iter().map(|q| (workflow(q), q["running"].as_f64().unwrap_or(0.0))).collect(),
+    );
+    family(
+        "rendezvous_runs_oldest_runnable_seconds",
+        "How long the workflow's oldest runnable run has waited to be claimed (database clock).",
+        queue
+            .iter()
+            .filter_map(|q| q["oldest_runnable_seconds"].as_f64().map(|s| (workflow(q), s)))
+            .collect(),
+    );
     out
 }
 
@@ -261,6 +292,24 @@ pub fn print(v: &Value) {
             x["key"].as_str().unwrap_or(""),
             x["holder"].as_str().unwrap_or(""),
             x["token"]
+        );
+    }
+    println!("run queue (unfinished runs per workflow)");
+    let queue = v["run_queue"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if queue.is_empty() {
+        println!("  nothing pending or running");
+    }
+    for q in queue {
+        println!(
+            "  {:<24} {} pending ({} runnable now), {} running{}",
+            q["workflow"].as_str().unwrap_or(""),
+            q["pending"],
+            q["runnable"],
+            q["running"],
+            q["oldest_runnable_seconds"]
+                .as_f64()
+                .map(|s| format!(", oldest runnable waiting {s:.1} s"))
+                .unwrap_or_default()
         );
     }
     println!("recent runs");

@@ -50,7 +50,8 @@ async fn twenty_concurrent_claimers_one_wins() {
             let (barrier, firing) = (barrier.clone(), firing.clone());
             tasks.push(tokio::spawn(async move {
                 barrier.wait().await;
-                let claim = claim_firing(&client, &firing, &format!("host-{i}"), Duration::from_secs(60)).await;
+                let claim =
+                    claim_firing(&client, &firing, &format!("host-{i}"), Duration::from_secs(60)).await;
                 // The connection stays open until every claimer answered: a claim ends with
                 // its session, and a closed one would be taken over at once.
                 (claim.unwrap(), client)
