@@ -18,10 +18,10 @@ trap 'rm -rf "$work"' EXIT
 figure() { grep -m1 "^$2" "$1" | sed "s/^$2 *//" | awk '{print $1}'; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "-"; else print a[int((NR + 1) / 2)]}'; }
 
-echo "| replication (failover by) | trials | acknowledged to hosts | lost after failover: runs / completions / terms / fenced writes | epochs given to two leaders | executed twice | read-write after (median) | a leader on the new primary after (median) |"
+echo "| replication (failover by) | trials | acknowledged to hosts | lost after failover: runs / completions / run completions / terms / fenced writes | epochs given to two leaders | executed twice | read-write after (median) | a leader on the new primary after (median) |"
 echo "|---|---:|---:|---|---:|---:|---:|---:|"
 for engine in pg-auto-failover promote promote-async; do
-  acked=0 runs=0 completions=0 terms=0 actions=0 twice_leader=0 twice_run=0
+  acked=0 runs=0 completions=0 run_completions=0 terms=0 actions=0 twice_leader=0 twice_run=0
   : >"$work/rw" ; : >"$work/leader"
   for trial in $(seq "$trials"); do
     out="$work/$engine-$trial"
@@ -30,7 +30,8 @@ for engine in pg-auto-failover promote promote-async; do
     line=$(grep -m1 '^lost after failover' "$out") || { cat "$out" >&2; exit 1; }
     acked=$((acked + $(sed 's/.*(of \([0-9]*\) .*/\1/' <<<"$line")))
     runs=$((runs + $(sed 's/.*runs \([0-9]*\),.*/\1/' <<<"$line")))
-    completions=$((completions + $(sed 's/.*completions \([0-9]*\),.*/\1/' <<<"$line")))
+    completions=$((completions + $(sed 's/.*runs [0-9]*, completions \([0-9]*\),.*/\1/' <<<"$line")))
+    run_completions=$((run_completions + $(sed 's/.*run completions \([0-9]*\),.*/\1/' <<<"$line")))
     terms=$((terms + $(sed 's/.*terms \([0-9]*\),.*/\1/' <<<"$line")))
     actions=$((actions + $(sed 's/.*fenced writes \([0-9]*\)).*/\1/' <<<"$line")))
     twice_leader=$((twice_leader + $(grep -m1 '^leader terms' "$out" | sed 's/.*acting: \([0-9]*\)).*/\1/')))
@@ -41,5 +42,5 @@ for engine in pg-auto-failover promote promote-async; do
     log "$engine trial $trial: $line"
   done
   name=$(grep -m1 '^database failover' "$work/$engine-1" | sed 's/^database failover *\([^:]*\):.*/\1/')
-  echo "| $name | $trials | $acked | $((runs + completions + terms + actions)): $runs / $completions / $terms / $actions | $twice_leader | $twice_run | $(median <"$work/rw") ms | $(median <"$work/leader") ms |"
+  echo "| $name | $trials | $acked | $((runs + completions + run_completions + terms + actions)): $runs / $completions / $run_completions / $terms / $actions | $twice_leader | $twice_run | $(median <"$work/rw") ms | $(median <"$work/leader") ms |"
 done

@@ -688,7 +688,7 @@ async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> R
           WHERE r.tenant_id = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
     )
     .await?;
-    // The runs the firings admitted, executed by whichever host claimed them.
+    // The runs the firings due up to the end admitted, executed by whichever host claimed them.
     let runs = admin
         .query_one(
             "SELECT count(*) FILTER (WHERE r.state = 'succeeded'),
@@ -697,8 +697,9 @@ async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> R
                     count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
                                        AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
                                                          GROUP BY 1 HAVING count(*) > 1))
-               FROM rendezvous.status_runs r WHERE r.tenant_id = $1",
-            &[&tag],
+               FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+              WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3",
+            &all,
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -813,11 +814,12 @@ pub fn print_report(r: &Report) {
     }
     let l = &r.lost_after_failover;
     println!(
-        "lost after failover      {}   (of {} acknowledged to hosts, missing from the database: runs {}, completions {}, terms {}, fenced writes {})",
+        "lost after failover      {}   (of {} acknowledged to hosts, missing from the database: runs {}, completions {}, run completions {}, terms {}, fenced writes {})",
         l.total(),
         l.checked,
         l.runs,
         l.completions,
+        l.run_completions,
         l.terms,
         l.actions
     );

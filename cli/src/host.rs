@@ -313,7 +313,9 @@ async fn all_done(client: &tokio_postgres::Client, plan: &HostPlan, tasks: u32) 
                     AND NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
                                      WHERE f.task_id LIKE $1 AND f.fire_at <= $2 AND f.completed_at IS NULL)
                     AND NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
-                                     WHERE r.tenant_id = $4 AND r.state IN ('pending', 'running'))
+                                      JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+                                     WHERE r.tenant_id = $4 AND r.state IN ('pending', 'running')
+                                       AND f.task_id LIKE $1 AND f.fire_at <= $2)
                FROM rendezvous.status_tasks t WHERE t.task_id LIKE $1",
             &[&format!("{}-task-%", plan.tag), &end, &i64::from(tasks), &plan.tag],
         )

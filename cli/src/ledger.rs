@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | `run <key> <run_id>` | `spawn_run` returned the run | the run, with that dispatch key |
 //! | `completed <key> <token>` | a fenced transaction's commit (effect + completion) | the firing completed, the effect with that token |
+//! | `run-completed <run_id> <token>` | a run's fenced transaction committed (effect + completion) | the run succeeded, the effect with that token |
 //! | `term <epoch>` | the elector first saw itself leading in that epoch | the group's epoch at least that |
 //! | `action <epoch> <id>` | a fenced leader action committed | that action, by this host in that epoch |
 use std::io::Write;
@@ -53,6 +54,8 @@ pub struct Acknowledged {
     pub runs: Vec<(String, i64)>,
     /// `(firing key, token)` of every completion.
     pub completions: Vec<(String, i64)>,
+    /// `(run id, token)` of every run completed.
+    pub run_completions: Vec<(i64, i64)>,
     /// `(host, epoch)` of every term won.
     pub terms: Vec<(String, i64)>,
     /// `(host, epoch, action id)` of every fenced leader action.
@@ -66,6 +69,8 @@ pub struct Lost {
     pub runs: i64,
     /// Completions missing: the firing not completed, or its effect gone.
     pub completions: i64,
+    /// Run completions missing: the run not succeeded, or its effect gone.
+    pub run_completions: i64,
     /// Terms whose epoch the group no longer reaches (it would be handed out again).
     pub terms: i64,
     /// Fenced leader actions missing.
@@ -77,7 +82,7 @@ pub struct Lost {
 impl Lost {
     /// All of them.
     pub fn total(&self) -> i64 {
-        self.runs + self.completions + self.terms + self.actions
+        self.runs + self.completions + self.run_completions + self.terms + self.actions
     }
 }
 
@@ -107,6 +112,9 @@ pub fn read(dir: &Path) -> Result<Acknowledged, String> {
                 }
                 (Some("completed"), Some(key), t) if number(t).is_some() => {
                     all.completions.push((key.to_owned(), number(t).unwrap()))
+                }
+                (Some("run-completed"), id, t) if number(id).is_some() && number(t).is_some() => {
+                    all.run_completions.push((number(id).unwrap(), number(t).unwrap()))
                 }
                 (Some("term"), e, None) if number(e).is_some() => {
                     all.terms.push((host.to_owned(), number(e).unwrap()))
@@ -157,6 +165,17 @@ pub async fn lost(admin: &Client, acked: &Acknowledged, group: &str) -> Result<L
         .await
         .map_err(e)?
         .get(0);
+    let (run_ids, tokens): (Vec<i64>, Vec<i64>) = acked.run_completions.iter().copied().unzip();
+    let run_completions: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM unnest($1::int8[], $2::int8[]) AS l(run_id, token)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r WHERE r.run_id = l.run_id AND r.state = 'succeeded')
+                 OR NOT EXISTS (SELECT 1 FROM fleet_run_effects e WHERE e.run_id = l.run_id AND e.token = l.token)",
+            &[&run_ids, &tokens],
+        )
+        .await
+        .map_err(e)?
+        .get(0);
     let epochs: Vec<i64> = acked.terms.iter().map(|(_, epoch)| *epoch).collect();
     let terms: i64 = admin
         .query_one(
@@ -180,9 +199,12 @@ pub async fn lost(admin: &Client, acked: &Acknowledged, group: &str) -> Result<L
         .await
         .map_err(e)?
         .get(0);
-    let checked =
-        (acked.runs.len() + acked.completions.len() + acked.terms.len() + acked.actions.len()) as i64;
-    Ok(Lost { runs, completions, terms, actions, checked })
+    let checked = (acked.runs.len()
+        + acked.completions.len()
+        + acked.run_completions.len()
+        + acked.terms.len()
+        + acked.actions.len()) as i64;
+    Ok(Lost { runs, completions, run_completions, terms, actions, checked })
 }
 
 #[cfg(test)]
@@ -197,12 +219,14 @@ mod tests {
             let l = Ledger::open(Some(&path(&dir, host))).unwrap();
             l.record(format_args!("run {host}-k 7"));
             l.record(format_args!("completed {host}-k {}", 1i64 << 33));
+            l.record(format_args!("run-completed 12 {}", 1i64 << 32));
             l.record(format_args!("term 3"));
             l.record(format_args!("action 3 1700000000000001"));
         }
         let acked = read(&dir).unwrap();
         assert_eq!(acked.runs.len(), 2);
         assert!(acked.completions.contains(&("host-1-k".into(), 1 << 33)));
+        assert_eq!(acked.run_completions, vec![(12, 1 << 32); 2]);
         assert_eq!(acked.actions.len(), 2);
         assert_eq!(epochs_led_twice(&acked), 1);
         std::fs::write(path(&dir, "host-2"), "action 3\n").unwrap();

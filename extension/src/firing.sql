@@ -334,14 +334,16 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
-               greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0')
+               CASE WHEN f.holder IS NOT NULL AND f.completed_at IS NULL
+                         AND rendezvous._holder_gone(f.holder_pid, f.holder_started) THEN interval '0'
+                    ELSE greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0') END
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
          ORDER BY u.i;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
-    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease, or, never claimed, until fire_at (database clock). Claims nothing.';
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease (none once the holder''s session is gone), or, never claimed, until fire_at (database clock). Claims nothing.';
 
 -- An operator's way out of a stuck claim (a holder hung past reason with a long lease): ends
 -- the live lease now, so the next host takes the firing over with a new token, and the stuck
