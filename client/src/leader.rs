@@ -12,11 +12,14 @@
 //! younger than the lease (default 2 × refresh): a leader that cannot reach the database,
 //! whose tick fails or times out, or whose connection breaks stops being leader at once,
 //! and says why. (A lock-file design that fails open to leader is how duplicate responders
-//! happen; with the database unreachable a host cannot dispatch anyway.) The server releases the lock when it sees the session end: at once for a killed
-//! process or a terminated backend; for a silently dead network path, only after TCP
-//! keepalives give up, so set `keepalives_idle` in the URL and `tcp_keepalives_*` /
-//! `client_connection_check_interval` on the server (see docs/operations.md). Until then the group
-//! is leaderless, never double-led: the lease has already ended the old leader's term locally.
+//! happen; with the database unreachable a host cannot dispatch anyway.) The server releases
+//! the lock when it sees the session end: at once for a killed process or a terminated backend.
+//! A leader that goes silent without its session ending (a stopped process, a blocked runtime,
+//! a silently dead network path) is handled by the server too: every claim sends the lease, and
+//! the next candidate's claim ends the session of a holder that has not confirmed for longer
+//! than its lease plus a second, then takes the group. No keepalive tuning is needed for that;
+//! the group is leaderless meanwhile, never double-led: the lease has already ended the old
+//! leader's term locally.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -455,7 +458,10 @@ impl Run {
     async fn claim(&self, client: &Client, session_pid: i32) -> Result<LeaderClaim> {
         let call = async {
             let row = client
-                .query_one(sql::TRY_LEAD_CHECKED, &[&self.group, &self.candidate])
+                .query_one(
+                    sql::TRY_LEAD_CHECKED,
+                    &[&self.group, &self.candidate, &self.options.lease().as_secs_f64()],
+                )
                 .await
                 .map_err(|e| {
                     if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {

@@ -137,11 +137,12 @@ statements! {
     TRY_LEAD = "SELECT is_leader, leader, epoch, pg_catalog.pg_backend_pid()
        FROM rendezvous.try_lead($1::text, $2::text, $3::bool)"
         (TEXT, TEXT, BOOL) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
-    /// Claim (never waiting) plus the backend pid, to notice a pooler swapping sessions.
-    /// (Every acknowledging statement returns the backend pid: see `replication`.)
+    /// Claim (never waiting) with the term's lease (`$3` seconds: a holder silent past it loses
+    /// its session to the next candidate), plus the backend pid, to notice a pooler swapping
+    /// sessions. (Every acknowledging statement returns the backend pid: see `replication`.)
     TRY_LEAD_CHECKED = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
-       FROM rendezvous.try_lead($1::text, $2::text) t"
-        (TEXT, TEXT) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
+       FROM rendezvous.try_lead($1::text, $2::text, false, pg_catalog.make_interval(secs => $3::float8)) t"
+        (TEXT, TEXT, FLOAT8) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
     /// Listens for leader locks given back (payload: the group); the extension announces there.
     LISTEN_LEADERS = "LISTEN rendezvous_leader"
         () -> ();

@@ -292,18 +292,53 @@ fn record_new_term_or_retry(group: &str, candidate: &str, tag: &pg_sys::LOCKTAG)
     })
 }
 
-/// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
-/// holds the group's lock (repeated calls by the holder are idempotent and never stack the
-/// lock); otherwise false with the current leader. With `wait`, blocks until the lock is free
-/// (cancel the query to stop waiting).
-#[pg_extern(volatile, parallel_unsafe)]
+/// How long past a term's lease (from its last confirmation, database clock) the next
+/// candidate's claim waits before it ends the silent holder's session: room for the holder's
+/// own clock to run a little slower than the server's. The holder stops acting at its lease,
+/// counted from when it sent the confirming claim, which is never after the server recorded it.
+const LEASE_GRACE: &str = "1 second";
+
+/// What 0.2.0's declaration of `rendezvous.try_lead(group_name, candidate, wait)` calls (this
+/// library serves the old SQL until `ALTER EXTENSION … UPDATE`): a claim without a lease.
+#[pg_extern(volatile, parallel_unsafe, sql = false)]
 fn try_lead(
     group_name: Option<&str>,
     candidate: Option<&str>,
     wait: default!(Option<bool>, "false"),
 ) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
+    lead(group_name, candidate, wait, None)
+}
+
+/// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
+/// holds the group's lock (repeated calls by the holder are idempotent and never stack the
+/// lock); otherwise false with the current leader. With `wait`, blocks until the lock is free
+/// (cancel the query to stop waiting).
+///
+/// With a `lease`, the term lasts that long past each confirmation (each call by the holder):
+/// a holder that stops confirming for longer than its lease plus a second (stopped, cut off,
+/// its runtime blocked) has its session ended by the next candidate's claim, which then takes
+/// the group. Without one (NULL), only the holder's session ending frees the group.
+#[pg_extern(volatile, parallel_unsafe, name = "try_lead")]
+fn try_lead_with_lease(
+    group_name: Option<&str>,
+    candidate: Option<&str>,
+    wait: default!(Option<bool>, "false"),
+    lease: default!(Option<Interval>, "NULL"),
+) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
+    lead(group_name, candidate, wait, lease)
+}
+
+fn lead(
+    group_name: Option<&str>,
+    candidate: Option<&str>,
+    wait: Option<bool>,
+    lease: Option<Interval>,
+) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
     let group = check_name("group_name", group_name);
     let candidate = check_name("candidate", candidate);
+    if let Some(lease) = lease {
+        Spi::run_with_args("SELECT rendezvous._check_lease($1)", &[lease.into()]).expect("check the lease");
+    }
     crate::fencing::refuse_on_standby();
     let lock_id = group_lock_id(&group);
     let tag = lock_tag(lock_id);
@@ -353,20 +388,25 @@ fn try_lead(
                 step_down_now(&group, &tag);
                 return TableIterator::once((false, None, epoch.unwrap_or_default()));
             }
-            confirm_term(&group);
+            confirm_term(&group, lease);
             return TableIterator::once((true, leader, epoch.unwrap_or_default()));
         }
         // We hold the lock but the record was rolled back (a savepoint): write it again.
         let epoch = record_new_term_or_retry(&group, &candidate, &tag);
+        start_lease(&group, lease);
         return TableIterator::once((true, Some(candidate), epoch));
     }
 
-    if acquire(&tag, wait.unwrap_or(false)) {
+    // A holder silent past its lease loses its session, and with it the lock.
+    let won =
+        acquire(&tag, wait.unwrap_or(false)) || (end_silent_holder(&group, lock_id) && acquire(&tag, false));
+    if won {
         // Nothing between acquire() and this line can raise: if this transaction or the
         // savepoint we are in aborts from here on, the lock is given back with the record.
         release_on_abort(tag);
         remember_taken(&group, tag);
         let epoch = record_new_term_or_retry(&group, &candidate, &tag);
+        start_lease(&group, lease);
         return TableIterator::once((true, Some(candidate), epoch));
     }
 
@@ -395,20 +435,69 @@ fn resign(group_name: Option<&str>) -> bool {
 /// (raised to `synchronous_commit = on` for this transaction if the session had it off or
 /// local): a primary cut off from its synchronous standby cannot acknowledge it, so the
 /// leader's refresh times out there and it stops confirming its term within its lease.
-fn confirm_term(group: &str) {
+/// The confirmation records the term's lease too (NULL: none), which the next candidate reads;
+/// a database still on 0.2.0's tables (this library installed, `ALTER EXTENSION … UPDATE` not
+/// yet run) records the confirmation alone, and one on 0.1.0's, which kept none, nothing.
+fn confirm_term(group: &str, lease: Option<Interval>) {
     Spi::run_with_args(
         "SELECT pg_catalog.set_config('synchronous_commit', 'on', true)
           WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local')",
         &[],
     )
     .expect("raise synchronous_commit");
-    Spi::run_with_args(
-        "INSERT INTO rendezvous.leader_confirmations AS c (group_name, confirmed_at)
-         VALUES ($1, pg_catalog.clock_timestamp())
-         ON CONFLICT (group_name) DO UPDATE SET confirmed_at = excluded.confirmed_at",
-        &[group.into()],
+    if crate::holder::has_column(c"leader_confirmations", c"lease") {
+        Spi::run_with_args(
+            "INSERT INTO rendezvous.leader_confirmations AS c (group_name, confirmed_at, lease)
+             VALUES ($1, pg_catalog.clock_timestamp(), $2)
+             ON CONFLICT (group_name) DO UPDATE SET confirmed_at = excluded.confirmed_at, lease = excluded.lease",
+            &[group.into(), lease.into()],
+        )
+        .expect("confirm the term");
+    } else if crate::holder::has_column(c"leader_confirmations", c"confirmed_at") {
+        Spi::run_with_args(
+            "INSERT INTO rendezvous.leader_confirmations AS c (group_name, confirmed_at)
+             VALUES ($1, pg_catalog.clock_timestamp())
+             ON CONFLICT (group_name) DO UPDATE SET confirmed_at = excluded.confirmed_at",
+            &[group.into()],
+        )
+        .expect("confirm the term");
+    }
+}
+
+/// Records a new term's lease from its start (0.3.0's tables: older ones knew no lease).
+fn start_lease(group: &str, lease: Option<Interval>) {
+    if lease.is_some() && crate::holder::has_column(c"leader_confirmations", c"lease") {
+        confirm_term(group, lease);
+    }
+}
+
+/// Ends the session of the group's holder when it has not confirmed its term for longer than
+/// its lease plus `LEASE_GRACE` (database clock), waiting up to a second for it to go; true when
+/// it did. The holder (the recorded one, which must still hold the lock) is then told nothing:
+/// its connection is gone, so its elector steps down, and its fenced writes fail on the epoch.
+fn end_silent_holder(group: &str, lock_id: i32) -> bool {
+    if !crate::holder::has_column(c"leader_confirmations", c"lease") {
+        return false; // older tables: no term has a lease
+    }
+    let pid = Spi::get_one_with_args::<i32>(
+        &format!(
+            "SELECT (SELECT l.pid FROM rendezvous.leaders l
+                       JOIN rendezvous.leader_confirmations c ON c.group_name = l.group_name
+                      WHERE l.group_name = $1 AND l.pid IS NOT NULL AND c.lease IS NOT NULL
+                        AND greatest(c.confirmed_at, l.since) + c.lease + interval '{LEASE_GRACE}'
+                            < pg_catalog.clock_timestamp()
+                        AND rendezvous._leader_lock_held($2, l.pid))"
+        ),
+        &[group.into(), lock_id.into()],
     )
-    .expect("confirm the term");
+    .expect("read the holder's last confirmation");
+    let Some(pid) = pid else { return false };
+    pgrx::warning!(
+        "ending the session of group \"{group}\"'s leader (pid {pid}): it has not confirmed its term for longer than its lease plus {LEASE_GRACE}"
+    );
+    Spi::get_one_with_args::<bool>("SELECT pg_catalog.pg_terminate_backend($1, 1000)", &[pid.into()])
+        .expect("end the silent holder's session")
+        .unwrap_or(false)
 }
 
 /// Clears this session as the group's holder, tells followers, and gives the lock back.

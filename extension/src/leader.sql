@@ -157,7 +157,9 @@ COMMENT ON FUNCTION rendezvous.request_step_down(text, text) IS
 -- write never waits for the leader's own fenced writes (they hold the leaders row FOR SHARE).
 CREATE TABLE rendezvous.leader_confirmations (
     group_name   text PRIMARY KEY,
-    confirmed_at timestamptz NOT NULL
+    confirmed_at timestamptz NOT NULL,
+    -- 0.3.0 (added last): how long the term lasts past each confirmation; NULL: no lease.
+    lease        interval
 );
 COMMENT ON TABLE rendezvous.leader_confirmations IS
-    'When each group''s leader last confirmed its term (try_lead by the holding session).';
+    'When each group''s leader last confirmed its term (try_lead by the holding session), and the term''s lease: a holder silent past it plus a second loses its session to the next candidate.';

@@ -31,7 +31,7 @@ ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_runs(interval) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.try_lead(text, text, boolean) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.try_lead(text, text, boolean, interval) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.resign(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.leader(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.assert_leader(text, bigint) SECURITY DEFINER;
@@ -56,7 +56,7 @@ REVOKE EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
-    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
     rendezvous.claim_firing(text, timestamptz, text, interval),
     rendezvous.claim_firings(text[], timestamptz[], text, interval),
@@ -70,7 +70,7 @@ GRANT EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
-    rendezvous.try_lead(text, text, boolean), rendezvous.resign(text), rendezvous.leader(text),
+    rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
     rendezvous.claim_firing(text, timestamptz, text, interval),
     rendezvous.claim_firings(text[], timestamptz[], text, interval),

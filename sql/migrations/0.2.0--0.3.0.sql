@@ -35,3 +35,10 @@ DROP FUNCTION rendezvous.set_run_state(bigint, text);
 
 -- Firing claims end with the holder's session (holder.sql).
 ALTER TABLE rendezvous.firings ADD COLUMN holder_pid integer, ADD COLUMN holder_started timestamptz;
+
+-- A leader's term has a lease the server knows (leader.rs): a holder silent past it loses its
+-- session to the next candidate. try_lead takes it (a new signature).
+ALTER TABLE rendezvous.leader_confirmations ADD COLUMN lease interval;
+COMMENT ON TABLE rendezvous.leader_confirmations IS
+    'When each group''s leader last confirmed its term (try_lead by the holding session), and the term''s lease: a holder silent past it plus a second loses its session to the next candidate.';
+DROP FUNCTION rendezvous.try_lead(text, text, boolean);

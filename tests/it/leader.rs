@@ -120,6 +120,23 @@ impl Process {
         self.last.strip_prefix("leader ").map(|e| e.parse().unwrap())
     }
 
+    /// Waits for a `follower` line.
+    async fn wait_follower(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.last != "follower" {
+            match tokio::time::timeout_at(deadline.into(), self.lines.recv()).await {
+                Ok(Some(line)) => self.last = line,
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    fn signal(&mut self, signal: &str) {
+        let pid = self.child.id().unwrap();
+        std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+    }
+
     fn sigkill(&mut self) {
         let pid = self.child.id().unwrap();
         std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
@@ -147,6 +164,39 @@ async fn sigkill_of_the_leader_process_hands_over_on_its_sessions_announcement()
     drop(second.child.stdin.take()); // graceful: resigns
     second.child.wait().await.unwrap();
     assert_eq!(lock_holders(&client, "shared-agent").await, 0);
+}
+
+/// A leader that stops confirming while its session lives (SIGSTOP: the same as a blocked
+/// runtime or a silently dead network path, for the server) loses the group within its lease
+/// plus the server's grace, with no keepalive settings: the next candidate's claim ends its
+/// session (#23). Its epoch's fenced writes are refused from the takeover on, and once resumed
+/// it follows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_leader_is_replaced_within_its_lease_and_follows_when_it_resumes() {
+    let db = TestDb::new("lead_stop").await;
+    let client = db.connect().await;
+    let mut first = Process::spawn(&db.url, "stalled", "p1", 300); // lease 600 ms (2 × refresh)
+    let epoch = first.wait_leader(Duration::from_secs(10)).await.expect("p1 leads");
+    let second = start(&db.url, "stalled", "p2").await; // refreshes every 500 ms
+    wait_until_follows(&second, "p1").await;
+
+    first.signal("-STOP");
+    let took = wait_until("p2 takes over", Duration::from_secs(15), || second.is_leader()).await;
+    // The lease (600 ms) and grace (1 s) from p1's last confirmation, then p2's next claim
+    // (within 500 ms), and room for a busy machine; a lease-less design waits for keepalives.
+    assert!(took < Duration::from_secs(5), "p2 took over {took:?} after p1 stopped");
+    assert_eq!(second.epoch(), Some(epoch + 1));
+    let mut c2 = db.connect().await;
+    let tx = c2.transaction().await.unwrap();
+    let err = assert_leader(&tx, "stalled", epoch).await.unwrap_err();
+    assert_eq!(err.sqlstate().map(|c| c.code()), Some("RZ001"), "{err}");
+    drop(tx);
+
+    first.signal("-CONT");
+    assert!(first.wait_follower(Duration::from_secs(10)).await, "p1 follows once resumed");
+    let now = leader::leader(&client, "stalled").await.unwrap();
+    assert_eq!((now.leader.as_deref(), now.epoch), (Some("p2"), epoch + 1));
+    second.shutdown().await.unwrap();
 }
 
 /// Waits until an elector of `group` follows: it claimed, lost, and now idles outside any
