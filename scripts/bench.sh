@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|replication ...]   (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|replication ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,7 +12,7 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler replication)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs replication)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
   # `replication` runs fleets on throwaway pairs of its own (scripts/bench_replication.sh).
@@ -46,6 +46,8 @@ on_cluster() {
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
     # Admission also in the server, where the client's round trip cannot hide its cost.
     if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench_admission_pgbench.sh"; fi
+    # Runs beside the plain-SQL floor of a worker loop.
+    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench_runs_pgbench.sh"; fi
   done
 }
 

@@ -519,3 +519,88 @@ async fn dispatchers_without_rank_delays_never_deadlock() {
         assert!(executions.values().all(|n| *n == 1), "round {round}: a firing executed twice");
     }
 }
+
+/// The claim rule has two homes on purpose: `claim_firing` (C, the single hot path) and
+/// `claim_firings` (PL/pgSQL, batches). Both decide every state a firing can be in the same way:
+/// claimed or not, with which token.
+#[tokio::test(flavor = "multi_thread")]
+async fn claim_firing_and_claim_firings_decide_every_state_alike() {
+    let db = TestDb::new("fire_twins").await;
+    let admin = db.connect().await;
+    let holder = db.connect().await; // a live session holding some claims
+    let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let due = SystemTime::now() - Duration::from_secs(60);
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    // Each state as a row of rendezvous.firings (NULL: no row), made for two copies of the key.
+    let states: &[(&str, &str)] = &[
+        ("unmade and due", ""),
+        ("made by a scheduler, never claimed", "NULL, 0, NULL, $2, NULL, NULL, NULL, 0"),
+        ("held by a live session", "'h', 5, now(), now() + interval '1 hour', NULL, NULL, 'live', 1"),
+        (
+            "lease ran out",
+            "'h', 5, now() - interval '2 hours', now() - interval '1 hour', NULL, NULL, NULL, 1",
+        ),
+        ("holder session gone", "'h', 5, now(), now() + interval '1 hour', NULL, NULL, 'gone', 1"),
+        ("completed", "'h', 5, now(), now() + interval '1 hour', now(), NULL, NULL, 1"),
+        ("failed for good", "NULL, 5, now(), 'infinity', NULL, now(), NULL, 1"),
+        ("waiting out a retry backoff", "NULL, 5, now(), now() + interval '1 hour', NULL, NULL, NULL, 1"),
+        (
+            "made before 0.3.0, lease live (no session)",
+            "'h', 5, now(), now() + interval '1 hour', NULL, NULL, NULL, 1",
+        ),
+    ];
+    for (i, (state, row)) in states.iter().enumerate() {
+        let mut outcomes = Vec::new();
+        for (copy, batch) in [("single", false), ("batch", true)] {
+            let firing = Firing::new(format!("twin-{i}-{copy}"), due);
+            if !row.is_empty() {
+                let (session_pid, session_start) = if row.contains("'live'") {
+                    (Some(holder_pid), "(SELECT backend_start FROM pg_stat_activity WHERE pid = $3)")
+                } else if row.contains("'gone'") {
+                    (Some(holder_pid), "'2000-01-01'::timestamptz")
+                } else {
+                    (None, "NULL")
+                };
+                let values = row.replace("'live'", session_start).replace("'gone'", session_start);
+                // (holder, token, claimed_at, lease_until, completed_at, failed_at, holder_started, attempts)
+                let sql = format!(
+                    "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
+                                                     completed_at, failed_at, holder_started, attempts, holder_pid)
+                     VALUES (rendezvous.firing_key($1, $2), $1, $2, {values}, $3)"
+                );
+                admin.execute(sql.as_str(), &[&firing.task_id, &firing.fire_at, &session_pid]).await.unwrap();
+            }
+            let claim = if batch {
+                rendezvous_client::firing::claim_firings(
+                    &admin,
+                    &[&firing],
+                    "claimer",
+                    Duration::from_secs(60),
+                )
+                .await
+                .unwrap()
+                .pop()
+                .flatten()
+                .unwrap()
+            } else {
+                claim_firing(&admin, &firing, "claimer", Duration::from_secs(60)).await.unwrap()
+            };
+            outcomes.push((claim.claimed, claim.token, claim.completed));
+        }
+        assert_eq!(outcomes[0], outcomes[1], "{state}: claim_firing and claim_firings differ");
+    }
+    // And a firing not yet due: neither claims, both say when.
+    let (a, b) = (Firing::new("early-single", later), Firing::new("early-batch", later));
+    let single = claim_firing(&admin, &a, "claimer", Duration::from_secs(60)).await.unwrap();
+    let batch = rendezvous_client::firing::claim_firings(&admin, &[&b], "claimer", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .pop()
+        .flatten()
+        .unwrap();
+    assert_eq!(
+        (single.claimed, single.token, single.lease_until),
+        (batch.claimed, batch.token, batch.lease_until)
+    );
+    drop(holder);
+}

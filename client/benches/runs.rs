@@ -1,0 +1,139 @@
+//! Runs executed by the work runtime, measured (not a test): 4 `Scheduler` hosts with a
+//! trivial `workflow` handler,
+//! 1. throughput: a backlog of admitted runs drained at 1, 4 and 16 concurrent handlers per
+//!    host (default durability), runs executed per second;
+//! 2. pickup latency: runs admitted at a steady rate while the hosts idle, from the admission's
+//!    acknowledgement to the handler's start (both on this machine's clock), p50 and p99.
+//!
+//! The plain-SQL floor beside it (a `FOR UPDATE SKIP LOCKED` worker loop in pgbench, two
+//! transactions per job) is `scripts/bench_runs_pgbench.sh`; `scripts/bench.sh runs` runs both.
+//! Run: `scripts/bench.sh runs`, or `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench runs`.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rendezvous_client::{Job, Scheduler, SchedulerOptions};
+
+const HOSTS: usize = 4;
+const BACKLOG: i64 = 10_000;
+/// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
+const ARRIVALS_PER_SECOND: u64 = 100;
+const ARRIVAL_SECONDS: u64 = 10;
+
+type Starts = Arc<Mutex<HashMap<i64, Instant>>>;
+
+async fn hosts(
+    url: &str,
+    per_host: usize,
+    executed: Arc<AtomicU64>,
+    starts: Option<Starts>,
+) -> Vec<Scheduler> {
+    let mut out = Vec::new();
+    for h in 0..HOSTS {
+        let (executed, starts) = (executed.clone(), starts.clone());
+        let options =
+            SchedulerOptions::default().with_max_concurrent(per_host).with_heartbeat(Duration::from_secs(1));
+        let scheduler = Scheduler::builder(url, format!("host-{h}"))
+            .options(options)
+            .workflow("noop", move |job: Job| {
+                if let (Some(starts), Some(run)) = (&starts, job.run()) {
+                    starts.lock().unwrap().insert(run.run_id, Instant::now());
+                }
+                executed.fetch_add(1, Ordering::Relaxed);
+                async { Ok::<(), std::io::Error>(()) }
+            })
+            .start()
+            .await
+            .expect("start a scheduler");
+        out.push(scheduler);
+    }
+    out
+}
+
+async fn succeeded(admin: &tokio_postgres::Client) -> i64 {
+    admin
+        .query_one("SELECT count(*) FROM rendezvous.runs WHERE state = 'succeeded'", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// Runs per second draining a backlog of `BACKLOG` runs with `per_host` handlers on each host.
+async fn throughput(url: &str, per_host: usize) -> f64 {
+    let admin = rendezvous_client::connect(url).await.unwrap();
+    admin.batch_execute("TRUNCATE rendezvous.runs; CHECKPOINT;").await.unwrap();
+    admin
+        .execute("SELECT rendezvous.spawn_run('bench', 'noop') FROM generate_series(1, $1)", &[&BACKLOG])
+        .await
+        .unwrap();
+    let executed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let fleet = hosts(url, per_host, executed, None).await;
+    while succeeded(&admin).await < BACKLOG {
+        assert!(started.elapsed() < Duration::from_secs(600), "the backlog was not drained in 10 minutes");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let per_sec = BACKLOG as f64 / started.elapsed().as_secs_f64();
+    for h in fleet {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    per_sec
+}
+
+/// Pickup latency of runs admitted at a steady rate to idle hosts: p50 and p99.
+async fn pickup(url: &str) -> (Duration, Duration, usize) {
+    let admin = rendezvous_client::connect(url).await.unwrap();
+    admin.batch_execute("TRUNCATE rendezvous.runs").await.unwrap();
+    let starts: Starts = Arc::default();
+    let fleet = hosts(url, 4, Arc::new(AtomicU64::new(0)), Some(starts.clone())).await;
+    tokio::time::sleep(Duration::from_secs(2)).await; // all joined and idle
+    let mut admitted = Vec::new();
+    let every = Duration::from_secs(1) / ARRIVALS_PER_SECOND as u32;
+    let mut next = Instant::now();
+    for _ in 0..ARRIVALS_PER_SECOND * ARRIVAL_SECONDS {
+        tokio::time::sleep_until(next.into()).await;
+        let run = rendezvous_client::spawn_run(&admin, "bench", "noop", &serde_json::json!({}), None)
+            .await
+            .unwrap();
+        admitted.push((run.run_id, Instant::now()));
+        next += every;
+    }
+    let total = admitted.len() as i64;
+    while succeeded(&admin).await < total {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for h in fleet {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    let starts = starts.lock().unwrap();
+    let mut latencies: Vec<Duration> = admitted
+        .iter()
+        .filter_map(|(id, at)| starts.get(id).map(|s| s.saturating_duration_since(*at)))
+        .collect();
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    (pct(0.5), pct(0.99), latencies.len())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let Ok(url) = std::env::var("RENDEZVOUS_DATABASE_URL") else {
+        println!("set RENDEZVOUS_DATABASE_URL, or run scripts/bench.sh runs");
+        return;
+    };
+    println!("Runs executed by {HOSTS} Scheduler hosts (trivial handler), a backlog of {BACKLOG} runs\n");
+    println!("| handlers per host | handlers in all | runs/s |");
+    println!("|---:|---:|---:|");
+    for per_host in [1, 4, 16] {
+        let per_sec = throughput(&url, per_host).await;
+        println!("| {per_host} | {} | {per_sec:.0} |", per_host * HOSTS);
+    }
+    let (p50, p99, n) = pickup(&url).await;
+    println!(
+        "\nPickup latency, {ARRIVALS_PER_SECOND} runs/s admitted for {ARRIVAL_SECONDS} s to {HOSTS} idle hosts \
+         (4 handlers each), admission acknowledged → handler started: p50 {:.1} ms, p99 {:.1} ms ({n} runs)",
+        p50.as_secs_f64() * 1000.0,
+        p99.as_secs_f64() * 1000.0
+    );
+}
