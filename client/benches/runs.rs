@@ -64,7 +64,10 @@ async fn throughput(url: &str, per_host: usize) -> f64 {
     let admin = rendezvous_client::connect(url).await.unwrap();
     admin.batch_execute("TRUNCATE rendezvous.runs; CHECKPOINT;").await.unwrap();
     admin
-        .execute("SELECT rendezvous.spawn_run('bench', 'noop') FROM generate_series(1, $1)", &[&BACKLOG])
+        .execute(
+            "SELECT rendezvous.spawn_run('bench', 'noop') FROM generate_series(1::int8, $1::int8)",
+            &[&BACKLOG],
+        )
         .await
         .unwrap();
     let executed = Arc::new(AtomicU64::new(0));

@@ -166,6 +166,23 @@ pub enum RunFailure {
     Stale,
 }
 
+/// [`complete_run`] for many `(run_id, token)` claims in one statement and one commit (no
+/// outputs); per input, in order, false when its token no longer held the run.
+pub async fn complete_runs(client: &impl GenericClient, claims: &[(i64, i64)]) -> Result<Vec<bool>> {
+    let (ids, tokens): (Vec<i64>, Vec<i64>) = claims.iter().copied().unzip();
+    let call = async {
+        let rows = client.query(sql::COMPLETE_RUNS, &[&ids, &tokens]).await?;
+        let pid = rows.first().map(|r| r.get(2));
+        Ok((rows, pid))
+    };
+    let rows = replication::acknowledged("complete_runs", call).await?;
+    let mut out = vec![false; claims.len()];
+    for r in rows {
+        out[(r.get::<_, i32>(0) - 1) as usize] = r.get(1);
+    }
+    Ok(out)
+}
+
 /// Records a failed attempt with its error.
 pub async fn fail_run(
     client: &impl GenericClient,

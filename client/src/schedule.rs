@@ -336,6 +336,19 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type HandlerFn =
     dyn Fn(Job) -> Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send>> + Send + Sync;
 
+/// A task's or workflow's handler, with its own error type boxed.
+fn boxed<H, Fut, E>(handler: H) -> Arc<HandlerFn>
+where
+    H: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+    E: Into<BoxError>,
+{
+    Arc::new(move |job| {
+        let fut = handler(job);
+        Box::pin(async move { fut.await.map_err(Into::into) })
+    })
+}
+
 /// Settings for a [`Scheduler`].
 ///
 /// Non-exhaustive (later versions may add settings): start from [`Default`] and change what
@@ -593,12 +606,13 @@ impl Side {
     }
 }
 
-/// A completion waiting for its batch: the firing, its token, and where to say how it went.
-type Completion = (Firing, i64, tokio::sync::oneshot::Sender<std::result::Result<bool, String>>);
+/// A completion waiting for its batch: the firing or run, its token, and where to say how it
+/// went.
+type Completion = (Work, i64, tokio::sync::oneshot::Sender<std::result::Result<bool, String>>);
 
-/// Completes firings in batches on the side connection: one `complete_firings` statement (one
-/// commit, one flush) for every completion that arrived meanwhile. Ends when the scheduler is
-/// dropped (its sender with it).
+/// Completes firings and runs in batches on the side connection: one `complete_firings` and one
+/// `complete_runs` statement (one commit, one flush each) for every completion that arrived
+/// meanwhile. Ends when the scheduler is dropped (its sender with it).
 async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Completion>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -608,27 +622,58 @@ async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::Unbound
                 Err(_) => break,
             }
         }
-        let pairs: Vec<(Firing, i64)> = batch.iter().map(|(f, t, _)| (f.clone(), *t)).collect();
-        let result = side
-            .call(|c| {
-                let pairs = pairs.clone();
-                async move {
-                    let refs: Vec<(&Firing, i64)> = pairs.iter().map(|(f, t)| (f, *t)).collect();
-                    firing::complete_firings(&*c, &refs).await
-                }
-            })
-            .await;
-        match result {
-            Ok(done) => {
-                for ((_, _, reply), ok) in batch.into_iter().zip(done) {
-                    let _ = reply.send(Ok(ok));
-                }
+        let (firings, runs): (Vec<Completion>, Vec<Completion>) =
+            batch.into_iter().partition(|(w, _, _)| matches!(w, Work::Firing(_)));
+        if !firings.is_empty() {
+            let pairs: Vec<(Firing, i64)> = firings
+                .iter()
+                .filter_map(|(w, t, _)| match w {
+                    Work::Firing(f) => Some((f.clone(), *t)),
+                    Work::Run(_) => None,
+                })
+                .collect();
+            let result = side
+                .call(|c| {
+                    let pairs = pairs.clone();
+                    async move {
+                        let refs: Vec<(&Firing, i64)> = pairs.iter().map(|(f, t)| (f, *t)).collect();
+                        firing::complete_firings(&*c, &refs).await
+                    }
+                })
+                .await;
+            answer(firings, result);
+        }
+        if !runs.is_empty() {
+            let pairs: Vec<(i64, i64)> = runs
+                .iter()
+                .filter_map(|(w, t, _)| match w {
+                    Work::Run(r) => Some((r.run_id, *t)),
+                    Work::Firing(_) => None,
+                })
+                .collect();
+            let result = side
+                .call(|c| {
+                    let pairs = pairs.clone();
+                    async move { runs::complete_runs(&*c, &pairs).await }
+                })
+                .await;
+            answer(runs, result);
+        }
+    }
+}
+
+/// Tells each completion of a batch how it went.
+fn answer(batch: Vec<Completion>, result: Result<Vec<bool>>) {
+    match result {
+        Ok(done) => {
+            for ((_, _, reply), ok) in batch.into_iter().zip(done) {
+                let _ = reply.send(Ok(ok));
             }
-            Err(e) => {
-                let e = e.to_string();
-                for (_, _, reply) in batch {
-                    let _ = reply.send(Err(e.clone()));
-                }
+        }
+        Err(e) => {
+            let e = e.to_string();
+            for (_, _, reply) in batch {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }
@@ -652,6 +697,9 @@ struct Shared {
     slots: Arc<Semaphore>,
     /// Woken when a firing finishes (a slot is free).
     finished: Notify,
+    /// Set when the last look filled every free slot with runs: more may be waiting, so a
+    /// finishing job makes the next look at once instead of gathering others first.
+    runs_waiting: AtomicBool,
 }
 
 /// What a job runs: a scheduled firing, or an admitted run.
@@ -873,11 +921,7 @@ impl SchedulerBuilder {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError>,
     {
-        let f: Arc<HandlerFn> = Arc::new(move |job| {
-            let fut = handler(job);
-            Box::pin(async move { fut.await.map_err(Into::into) })
-        });
-        self.handlers.insert(task_id.into(), f);
+        self.handlers.insert(task_id.into(), boxed(handler));
         self
     }
 
@@ -892,11 +936,7 @@ impl SchedulerBuilder {
         Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
         E: Into<BoxError>,
     {
-        let f: Arc<HandlerFn> = Arc::new(move |job| {
-            let fut = handler(job);
-            Box::pin(async move { fut.await.map_err(Into::into) })
-        });
-        self.workflows.insert(workflow_ref.into(), f);
+        self.workflows.insert(workflow_ref.into(), boxed(handler));
         self
     }
 
@@ -955,6 +995,7 @@ impl SchedulerBuilder {
             counters: Counters::default(),
             running: Mutex::new(HashMap::new()),
             finished: Notify::new(),
+            runs_waiting: AtomicBool::new(false),
         });
         let control = open_control(&shared).await?;
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -1169,8 +1210,10 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                     _ = shared.finished.notified() => {
                         // Firings finishing one by one must not make a look per firing (each
                         // look costs the database a query): the next look gathers what
-                        // finished meanwhile.
-                        tokio::time::sleep_until((ticked + GATHER).into()).await;
+                        // finished meanwhile. With runs waiting, a free slot is claimed at once.
+                        if !shared.runs_waiting.load(Ordering::Relaxed) {
+                            tokio::time::sleep_until((ticked + GATHER).into()).await;
+                        }
                     }
                     _ = stop.changed() => {}
                 }
@@ -1233,7 +1276,9 @@ async fn tick(
     let local_before = SystemTime::now();
     let (next_db_now, next) = next_due_at(client).await?;
     let offset = Offset::measure(next_db_now, local_before, SystemTime::now());
-    let (due, _) = due_list(client, want).await?;
+    // A scheduler of workflows alone reads no due firings (next_due_at still gives the clocks'
+    // offset).
+    let due = if shared.handlers.is_empty() { Vec::new() } else { due_list(client, want).await?.0 };
     let now_local = || match &o.clock {
         Clock::Database => SystemTime::now(),
         Clock::Local(f) => f(),
@@ -1309,6 +1354,7 @@ async fn tick(
         };
         let claims = runs::claim_runs(client, &shared.host_id, &options).await?;
         let all_taken = claims.len() == free;
+        shared.runs_waiting.store(all_taken, Ordering::Relaxed);
         for claim in claims {
             Counters::add(&shared.counters.claimed);
             metrics::counter!(signals::RUNS_CLAIMED).increment(1);
@@ -1432,20 +1478,9 @@ async fn run_job(shared: &Arc<Shared>, work: Work, key: String, token: i64, atte
     match outcome {
         Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, &work, token),
         Ok(Ok(())) => {
-            let result = match &work {
-                Work::Firing(f) => {
-                    let (reply, answer) = tokio::sync::oneshot::channel();
-                    let _ = shared.completions.send((f.clone(), token, reply));
-                    answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()))
-                }
-                Work::Run(r) => {
-                    let run_id = r.run_id;
-                    let call = shared
-                        .side
-                        .call(|c| async move { runs::complete_run(&*c, run_id, token, None).await });
-                    call.await.map_err(|e| e.to_string())
-                }
-            };
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let _ = shared.completions.send((work.clone(), token, reply));
+            let result = answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()));
             match result {
                 Ok(true) => done(shared, &work, token),
                 Ok(false) => {

@@ -111,6 +111,9 @@ statements! {
     /// `$1` run id, `$2` token, `$3` output.
     COMPLETE_RUN = "SELECT rendezvous.complete_run($1::int8, $2::int8, $3::jsonb), pg_catalog.pg_backend_pid()"
         (INT8, INT8, JSONB) -> ("complete_run": BOOL, "pg_backend_pid": INT4);
+    /// Complete many: `$1` run ids, `$2` tokens.
+    COMPLETE_RUNS = "SELECT ord, completed, pg_catalog.pg_backend_pid() FROM rendezvous.complete_runs($1::int8[], $2::int8[])"
+        (INT8_ARRAY, INT8_ARRAY) -> ("ord": INT4, "completed": BOOL, "pg_backend_pid": INT4);
     /// `$1` run id, `$2` token, `$3` error.
     FAIL_RUN = "SELECT rendezvous.fail_run($1::int8, $2::int8, $3::text), pg_catalog.pg_backend_pid()"
         (INT8, INT8, TEXT) -> ("fail_run": TEXT, "pg_backend_pid": INT4);

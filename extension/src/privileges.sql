@@ -131,6 +131,7 @@ ALTER FUNCTION rendezvous._holder_gone(integer, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.claim_runs(text, integer, interval, text[], interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.renew_run(bigint, bigint, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.complete_run(bigint, bigint, jsonb) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.complete_runs(bigint[], bigint[], jsonb[]) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.fail_run(bigint, bigint, text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.release_run(bigint, bigint) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.assert_run(bigint, bigint) SECURITY DEFINER;
@@ -141,13 +142,15 @@ REVOKE EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz), rendez
 GRANT EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz) TO rendezvous_observer;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.claim_runs(text, integer, interval, text[], interval), rendezvous.renew_run(bigint, bigint, interval),
-    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.fail_run(bigint, bigint, text),
+    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.complete_runs(bigint[], bigint[], jsonb[]),
+    rendezvous.fail_run(bigint, bigint, text),
     rendezvous.release_run(bigint, bigint), rendezvous.assert_run(bigint, bigint), rendezvous.cancel_run(bigint),
     rendezvous.next_runnable_at(text[])
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     rendezvous.claim_runs(text, integer, interval, text[], interval), rendezvous.renew_run(bigint, bigint, interval),
-    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.fail_run(bigint, bigint, text),
+    rendezvous.complete_run(bigint, bigint, jsonb), rendezvous.complete_runs(bigint[], bigint[], jsonb[]),
+    rendezvous.fail_run(bigint, bigint, text),
     rendezvous.release_run(bigint, bigint), rendezvous.assert_run(bigint, bigint), rendezvous.next_runnable_at(text[])
     TO rendezvous_host;
 GRANT EXECUTE ON FUNCTION rendezvous.cancel_run(bigint) TO rendezvous_admin;

@@ -156,28 +156,66 @@ $$;
 COMMENT ON FUNCTION rendezvous.renew_run(bigint, bigint, interval) IS
     'Extends a running run''s lease from now and binds its claim to this session; NULL when token is stale or the run is no longer running (stop working on it).';
 
--- The run succeeded: true when token was its current claim (repeating it is harmless), made
--- durable before it is acknowledged. Call it in the same transaction as the run's effects
--- (with assert_run first) for effects exactly once.
-CREATE FUNCTION rendezvous.complete_run(run_id bigint, token bigint, output jsonb DEFAULT NULL) RETURNS boolean
+-- Runs succeeded, in one statement and one commit (what a worker's batch of completions
+-- sends): per element, in input order, true when its token was the run's current claim
+-- (repeating a completion is harmless), with its output (NULL outputs, or none at all). Rows
+-- are locked in run_id order first, so overlapping batches cannot deadlock. Made durable
+-- before it is acknowledged.
+CREATE FUNCTION rendezvous.complete_runs(run_ids bigint[], tokens bigint[], outputs jsonb[] DEFAULT NULL)
+RETURNS TABLE (ord integer, completed boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
+    done bigint[];
+BEGIN
+    IF complete_runs.run_ids IS NULL OR complete_runs.tokens IS NULL THEN
+        RAISE EXCEPTION 'run_ids and tokens must not be NULL' USING ERRCODE = '22004';
+    ELSIF cardinality(complete_runs.run_ids) <> cardinality(complete_runs.tokens)
+       OR cardinality(complete_runs.run_ids) <> coalesce(cardinality(complete_runs.outputs), cardinality(complete_runs.run_ids)) THEN
+        RAISE EXCEPTION 'run_ids, tokens and outputs must have the same length' USING ERRCODE = '22023';
+    ELSIF array_position(complete_runs.run_ids, NULL) IS NOT NULL OR array_position(complete_runs.tokens, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'run_ids and tokens must not contain NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM 1 FROM rendezvous.runs r WHERE r.run_id = ANY (complete_runs.run_ids) ORDER BY r.run_id FOR NO KEY UPDATE;
+    WITH finished AS (
+        UPDATE rendezvous.runs r
+           SET state = 'succeeded', output = u.output, updated_at = now_, lease_until = NULL,
+               holder_pid = NULL, holder_started = NULL
+          FROM unnest(complete_runs.run_ids, complete_runs.tokens,
+                      coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
+               AS u(run_id, token, output)
+         WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'running'
+        RETURNING r.run_id
+    )
+    SELECT coalesce(array_agg(f.run_id), '{}') INTO done FROM finished f;
+    IF cardinality(done) > 0 THEN
+        PERFORM rendezvous._durable_commit();
+    END IF;
+    RETURN QUERY
+        SELECT u.ord::integer,
+               u.run_id = ANY (done) OR EXISTS (SELECT 1 FROM rendezvous.runs r
+                                                WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'succeeded')
+          FROM unnest(complete_runs.run_ids, complete_runs.tokens) WITH ORDINALITY AS u(run_id, token, ord)
+         ORDER BY u.ord;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.complete_runs(bigint[], bigint[], jsonb[]) IS
+    'complete_run for many runs in one call and one commit; results in input order (ord).';
+
+-- The run succeeded: true when token was its current claim (repeating it is harmless), made
+-- durable before it is acknowledged. Call it in the same transaction as the run's effects
+-- (with assert_run first) for effects exactly once. One home for the rule: complete_runs.
+CREATE FUNCTION rendezvous.complete_run(run_id bigint, token bigint, output jsonb DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     PERFORM rendezvous._check_run_token(complete_run.run_id, complete_run.token);
-    UPDATE rendezvous.runs r
-       SET state = 'succeeded', output = complete_run.output, updated_at = now_, lease_until = NULL,
-           holder_pid = NULL, holder_started = NULL
-     WHERE r.run_id = complete_run.run_id AND r.token = complete_run.token AND r.state = 'running';
-    IF FOUND THEN
-        PERFORM rendezvous._durable_commit();
-        RETURN true;
-    END IF;
-    RETURN EXISTS (SELECT 1 FROM rendezvous.runs r
-                    WHERE r.run_id = complete_run.run_id AND r.token = complete_run.token AND r.state = 'succeeded');
+    RETURN (SELECT c.completed FROM rendezvous.complete_runs(ARRAY[complete_run.run_id], ARRAY[complete_run.token],
+                                                            ARRAY[complete_run.output]) c);
 END
 $$;
 COMMENT ON FUNCTION rendezvous.complete_run(bigint, bigint, jsonb) IS

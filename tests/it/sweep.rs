@@ -49,6 +49,7 @@ fn values(sql_type: &str) -> &'static [&'static str] {
             "ARRAY['infinity', '0044-03-15 00:00+00 BC']::timestamptz[]",
         ],
         "jsonb" => &["'{}'", "NULL", "'[]'", "'null'", "'\"s\"'"],
+        "jsonb[]" => &["ARRAY['{}', '{}']::jsonb[]", "NULL", "'{}'::jsonb[]", "ARRAY[NULL]::jsonb[]"],
         other => panic!("the sweep has no values for SQL type {other}: add some"),
     }
 }
