@@ -1399,9 +1399,11 @@ fn start_job(
     let permit = shared.slots.clone().try_acquire_owned().map_err(|e| Error::TaskFailed(e.to_string()))?;
     shared.running.lock().expect("running lock").insert(key.clone(), (work.clone(), token));
     Ok(tokio::spawn(async move {
-        let _permit = permit;
         run_job(&shared, work, key.clone(), token, attempt, lease).await;
         shared.running.lock().expect("running lock").remove(&key);
+        // The slot is free before the loop is told: woken first, it would see no free slot
+        // and sleep a whole poll.
+        drop(permit);
         shared.finished.notify_one();
     }))
 }
