@@ -386,6 +386,12 @@ pub struct SchedulerOptions {
     /// The lease of a claimed run (renewed every third of it while its handler runs; the claim
     /// also ends with this host's session). Default 30 s.
     pub run_lease: Duration,
+    /// The longest the scheduler waits for one look at the database or one call on its side
+    /// connection (a renewal, a batch of completions): a primary that cannot commit (cut off
+    /// from its synchronous standby) or a dead network path would otherwise hold it forever.
+    /// Past it, the connection is dropped and made again (through a multi-host URL, to whichever
+    /// server accepts writes). Default 10 s.
+    pub call_timeout: Duration,
 }
 
 impl Default for SchedulerOptions {
@@ -400,6 +406,7 @@ impl Default for SchedulerOptions {
             max_backoff: Duration::from_secs(5),
             clock: Clock::Database,
             run_lease: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -465,6 +472,13 @@ impl SchedulerOptions {
     #[must_use]
     pub fn with_run_lease(mut self, run_lease: Duration) -> Self {
         self.run_lease = run_lease;
+        self
+    }
+
+    /// Sets [`call_timeout`](Self::call_timeout).
+    #[must_use]
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
         self
     }
 }
@@ -565,6 +579,8 @@ struct Side {
     database: Database,
     application_name: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// The longest one call may take before the connection is given up.
+    timeout: Duration,
 }
 
 impl Side {
@@ -579,7 +595,8 @@ impl Side {
     }
 
     /// Runs `call` on the side connection, reconnecting and trying again (three times in all)
-    /// when the connection was lost.
+    /// when the connection was lost or the call got no answer within the timeout (the
+    /// connection is then dropped: a primary that cannot commit must not hold it).
     async fn call<T, F, Fut>(&self, call: F) -> Result<T>
     where
         F: Fn(Arc<Client>) -> Fut,
@@ -597,9 +614,17 @@ impl Side {
                     continue;
                 }
             };
-            match call(client.clone()).await {
-                Err(e) if client.is_closed() => last = Some(e),
-                other => return other,
+            match tokio::time::timeout(self.timeout, call(client.clone())).await {
+                Ok(Err(e)) if client.is_closed() => last = Some(e),
+                Ok(other) => return other,
+                Err(_) => {
+                    tracing::warn!(timeout = ?self.timeout, "no answer on the side connection; connecting again");
+                    let mut slot = self.client.lock().await;
+                    if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                        *slot = None;
+                    }
+                    last = Some(Error::Disconnected(format!("no answer within {:?}", self.timeout)));
+                }
             }
         }
         Err(last.expect("at least one attempt"))
@@ -946,9 +971,15 @@ impl SchedulerBuilder {
     pub async fn start(self) -> Result<Scheduler> {
         crate::check_id("host_id", &self.host_id)?;
         let o = &self.options;
-        if o.poll.is_zero() || o.max_concurrent == 0 || o.heartbeat.is_zero() || o.staleness.is_zero() {
+        if o.poll.is_zero()
+            || o.max_concurrent == 0
+            || o.heartbeat.is_zero()
+            || o.staleness.is_zero()
+            || o.call_timeout.is_zero()
+        {
             return Err(Error::InvalidArgument(
-                "poll, max_concurrent, heartbeat and staleness must be greater than zero".into(),
+                "poll, max_concurrent, heartbeat, staleness and call_timeout must be greater than zero"
+                    .into(),
             ));
         }
         if o.heartbeat >= o.staleness {
@@ -973,6 +1004,7 @@ impl SchedulerBuilder {
             database: self.database.clone(),
             application_name: format!("{application_name} leases"),
             client: tokio::sync::Mutex::new(None),
+            timeout: self.options.call_timeout,
         });
         let (completions, pending) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(complete_in_batches(side.clone(), pending));
@@ -997,7 +1029,10 @@ impl SchedulerBuilder {
             finished: Notify::new(),
             runs_waiting: AtomicBool::new(false),
         });
-        let control = open_control(&shared).await?;
+        let limit = shared.options.call_timeout;
+        let control = tokio::time::timeout(limit, open_control(&shared))
+            .await
+            .map_err(|_| Error::Disconnected(format!("the database gave no answer within {limit:?}")))??;
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(shared.clone(), control, stop_rx));
         Ok(Scheduler { shared, stop: stop_tx, task: Some(task) })
@@ -1180,7 +1215,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         jobs.retain(|j| !j.is_finished());
         let mut control_now = match control.take().filter(|c| !c.client.is_closed()) {
             Some(c) => c,
-            None => match open_control(&shared).await {
+            None => match opened(&shared, &mut stop).await {
                 Ok(c) => {
                     Counters::add(&shared.counters.reconnects);
                     metrics::counter!(signals::RECONNECTS, "component" => "scheduler").increment(1);
@@ -1198,7 +1233,19 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
             },
         };
         let ticked = Instant::now();
-        match tick(&shared, &control_now.client, &mut view, &mut last_heartbeat, &mut jobs).await {
+        // A look that gets no answer (a primary that cannot commit, a dead path) ends with the
+        // timeout, and the connection is made again; a shutdown does not wait for it.
+        let looked = tokio::select! {
+            r = tokio::time::timeout(
+                shared.options.call_timeout,
+                tick(&shared, &control_now.client, &mut view, &mut last_heartbeat, &mut jobs),
+            ) => r,
+            _ = stop.changed() => break,
+        };
+        let looked = looked.unwrap_or_else(|_| {
+            Err(Error::Disconnected(format!("no answer within {:?}", shared.options.call_timeout)))
+        });
+        match looked {
             Ok(wait) => {
                 let wakeups = &mut control_now.wakeups;
                 tokio::select! {
@@ -1220,7 +1267,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                 control = Some(control_now);
             }
             Err(e) => {
-                tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler lost its connection; reconnecting");
+                tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler's look failed; connecting again");
                 sleep_or_stop(jittered(backoff), &mut stop).await;
                 backoff = (backoff * 2).min(shared.options.max_backoff);
             }
@@ -1228,6 +1275,18 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     }
     jobs.retain(|j| !j.is_finished());
     jobs
+}
+
+/// A new control connection within the call timeout (registering tasks and heartbeating are
+/// commits, which a primary cut off from its synchronous standby never acknowledges).
+async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Control> {
+    let limit = shared.options.call_timeout;
+    tokio::select! {
+        r = tokio::time::timeout(limit, open_control(shared)) => {
+            r.unwrap_or_else(|_| Err(Error::Disconnected(format!("no answer within {limit:?}"))))
+        }
+        _ = stop.changed() => Err(Error::Disconnected("stopping".into())),
+    }
 }
 
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {

@@ -376,3 +376,64 @@ async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledge
     assert!(calls > 20, "the bystander made {calls} calls");
     watcher.abort();
 }
+
+/// No host waits forever on a primary that cannot commit (#23): once the server requires a
+/// synchronous standby that never comes (a primary cut off from its standby), every commit
+/// waits. A Scheduler bounds each look and each side call by its call timeout, connects again,
+/// and shuts down promptly; without the timeout its loop hangs in its first waiting commit,
+/// never connects again, and its shutdown never returns.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
+    use rendezvous_client::{Job, Scheduler, SchedulerOptions};
+    let cluster = Cluster::start_with(&ClusterOptions {
+        settings: vec![("fsync".into(), "off".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let admin = rendezvous_tests::connect(&cluster.url()).await;
+    let options = SchedulerOptions::default()
+        .with_call_timeout(Duration::from_secs(1))
+        .with_poll(Duration::from_millis(200))
+        .with_heartbeat(Duration::from_millis(300))
+        .with_max_backoff(Duration::from_millis(300));
+    let scheduler = Scheduler::builder(cluster.url().as_str(), "h")
+        .options(options)
+        .workflow("w", |_job: Job| async { Ok::<(), std::io::Error>(()) })
+        .start()
+        .await
+        .unwrap();
+    // The standby requirement appears: from now on every commit waits (this session's too,
+    // except what it runs with synchronous_commit = local).
+    for statement in [
+        "SET synchronous_commit = local",
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(statement).await.unwrap();
+    }
+    rendezvous_client::spawn_run(&admin, "t", "w", &serde_json::json!({}), None).await.unwrap();
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'";
+    rendezvous_tests::wait_for_count(&admin, waiting, 1).await; // the scheduler's commits wait
+                                                                // Its looks give up and it connects again: over four seconds, more than one of its
+                                                                // control sessions waits for the standby.
+    let mut pids = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let rows = admin
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler h' AND wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap();
+        pids.extend(rows.iter().map(|r| r.get::<_, i32>(0)));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(pids.len() > 1, "the scheduler waited on one session all along: {pids:?}");
+    let report =
+        tokio::time::timeout(Duration::from_secs(20), scheduler.shutdown(Duration::from_secs(1))).await;
+    assert!(report.is_ok(), "shutdown returned although no commit ever does");
+    // Let the waiting commits go, so the cluster stops cleanly.
+    admin.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+}
