@@ -503,6 +503,9 @@ pub struct SchedulerStats {
     pub released: u64,
     /// New control connections after one was lost.
     pub reconnects: u64,
+    /// Looks at the database and connection attempts given up at the call timeout (a primary
+    /// that cannot commit, a dead network path); each drops the connection.
+    pub timeouts: u64,
 }
 
 #[derive(Default)]
@@ -515,6 +518,7 @@ struct Counters {
     failed_for_good: AtomicU64,
     released: AtomicU64,
     reconnects: AtomicU64,
+    timeouts: AtomicU64,
 }
 
 impl Counters {
@@ -533,6 +537,7 @@ impl Counters {
             failed_for_good: g(&self.failed_for_good),
             released: g(&self.released),
             reconnects: g(&self.reconnects),
+            timeouts: g(&self.timeouts),
         }
     }
 }
@@ -1243,6 +1248,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
             _ = stop.changed() => break,
         };
         let looked = looked.unwrap_or_else(|_| {
+            Counters::add(&shared.counters.timeouts);
             Err(Error::Disconnected(format!("no answer within {:?}", shared.options.call_timeout)))
         });
         match looked {
@@ -1283,7 +1289,10 @@ async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Con
     let limit = shared.options.call_timeout;
     tokio::select! {
         r = tokio::time::timeout(limit, open_control(shared)) => {
-            r.unwrap_or_else(|_| Err(Error::Disconnected(format!("no answer within {limit:?}"))))
+            r.unwrap_or_else(|_| {
+                Counters::add(&shared.counters.timeouts);
+                Err(Error::Disconnected(format!("no answer within {limit:?}")))
+            })
         }
         _ = stop.changed() => Err(Error::Disconnected("stopping".into())),
     }

@@ -16,7 +16,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::c_function::{arg, composite, v1_info, varlena_bytes};
-use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
+use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::raise;
 use crate::kept_plan::{self, value, KeptPlan};
 
@@ -98,13 +98,8 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
 /// `max_attempts` is an `integer` datum and `retry_backoff` an `interval` one, when present.
 unsafe fn check_retry_policy(max_attempts: Option<pg_sys::Datum>, retry_backoff: Option<pg_sys::Datum>) {
     let attempts_ok = max_attempts.is_some_and(|d| (1..=1000).contains(&(d.value() as i32)));
-    let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
-    let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
-    let backoff_ok = retry_backoff.is_some_and(|d| unsafe {
-        let not_negative = pgrx::direct_function_call::<bool>(pg_sys::interval_ge, &[Some(d), Some(zero)]);
-        let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
-        not_negative == Some(true) && finite == Some(true)
-    });
+    let backoff_ok =
+        retry_backoff.is_some_and(|d| unsafe { finite_interval_vs_zero(d, pg_sys::interval_ge) });
     if !(attempts_ok && backoff_ok) {
         unsafe {
             raise_sql_check(

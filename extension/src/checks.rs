@@ -42,6 +42,24 @@ pub(crate) unsafe fn check_text_datum(name: &CStr, datum: Option<pg_sys::Datum>,
     }
 }
 
+/// Whether the `interval` datum `d` is finite and compares with zero as `cmp` says
+/// (PostgreSQL's own `interval_gt`, `interval_ge`: no re-derived interval ordering in Rust).
+///
+/// # Safety
+/// `d` is an `interval` datum.
+pub(crate) unsafe fn finite_interval_vs_zero(
+    d: pg_sys::Datum,
+    cmp: unsafe fn(pg_sys::FunctionCallInfo) -> pg_sys::Datum,
+) -> bool {
+    let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
+    let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
+    unsafe {
+        let compared = pgrx::direct_function_call::<bool>(cmp, &[Some(d), Some(zero)]);
+        let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
+        compared == Some(true) && finite == Some(true)
+    }
+}
+
 /// Raises the error of the SQL check `sql` (a `SELECT` of one of the `_check_*` helpers, every
 /// name qualified) for arguments a C function found invalid: one place for each rule's message.
 ///

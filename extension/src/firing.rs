@@ -13,7 +13,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::c_function::{arg, composite, v1_info, varlena_bytes};
-use crate::checks::{check_text_datum, raise_sql_check, MAX_ID_BYTES};
+use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
 use crate::kept_plan::{self, value, KeptPlan};
 use crate::{fencing, holder};
@@ -141,13 +141,7 @@ unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) ->
 /// # Safety
 /// `lease` is an `interval` datum when present.
 unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
-    let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
-    let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
-    let ok = lease.is_some_and(|d| unsafe {
-        let positive = pgrx::direct_function_call::<bool>(pg_sys::interval_gt, &[Some(d), Some(zero)]);
-        let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
-        positive == Some(true) && finite == Some(true)
-    });
+    let ok = lease.is_some_and(|d| unsafe { finite_interval_vs_zero(d, pg_sys::interval_gt) });
     if !ok {
         unsafe { raise_sql_check(c"SELECT rendezvous._check_lease($1)", &[pg_sys::INTERVALOID], &[lease]) }
     }
