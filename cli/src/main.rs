@@ -36,6 +36,11 @@ async fn run(command: Command) -> Result<i32, String> {
                     .error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
                     .exit()
             };
+            // Status only prints (it owns no cluster or process to clean up): when the reader
+            // of its output goes away (`| head`), end quietly as Unix tools do instead of
+            // panicking on the broken pipe.
+            // SAFETY: restores the default action of one signal before any thread writes.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             let client = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
             if let Some(every) = args.watch {
                 loop {

@@ -5,7 +5,21 @@ use serde_json::{json, Value};
 use tokio_postgres::Client;
 
 async fn rows(client: &Client, sql: &str) -> Result<Vec<tokio_postgres::Row>, String> {
-    client.query(sql, &[]).await.map_err(|e| e.to_string())
+    client.query(sql, &[]).await.map_err(explain)
+}
+
+/// A database error as the server gave it (message, SQLSTATE, detail, hint), not the driver's
+/// bare "db error", and what to do where we know: the status views are an observer's.
+pub fn explain(e: tokio_postgres::Error) -> String {
+    let denied = e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE);
+    let what = rendezvous_client::Error::Db(e).to_string();
+    if denied {
+        format!(
+            "{what}; connect as a member of rendezvous_observer (GRANT rendezvous_observer TO <your login>)"
+        )
+    } else {
+        what
+    }
 }
 
 /// Reads the status as JSON.

@@ -72,6 +72,7 @@ fn status_reports_as_json_for_an_observer_role() {
         r#"set -e
 {psql} -X -q -v ON_ERROR_STOP=1 \
   -c "CREATE ROLE {role} LOGIN; GRANT rendezvous_observer TO {role};" \
+  -c "CREATE ROLE {role}_host LOGIN; GRANT rendezvous_host TO {role}_host;" \
   -c "SELECT rendezvous.heartbeat('h1')" \
   -c "SELECT * FROM rendezvous.try_lead('g', 'h1')" \
   -c "SELECT * FROM rendezvous.spawn_run('acme', 'wf', '{{}}', 'k1')" \
@@ -82,18 +83,34 @@ echo '--- prometheus'
 "{rendezvous}" status --prometheus --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres"
 echo '--- watch'
 timeout 4.5 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres" || true
-{psql} -X -q -c "DROP ROLE {role}" >/dev/null"#,
+echo '--- pipe'
+err=$(mktemp)
+timeout 6 "{rendezvous}" status --watch 1 --database-url "postgresql://{role}@127.0.0.1:$PGPORT/postgres" 2>"$err" | head -c 10 >/dev/null
+cat "$err"; rm -f "$err"
+echo '--- host role'
+"{rendezvous}" status --database-url "postgresql://{role}_host@127.0.0.1:$PGPORT/postgres" 2>&1 || echo "exit $?"
+{psql} -X -q -c "DROP ROLE {role}" -c "DROP ROLE {role}_host" >/dev/null"#,
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
     let stdout = run_on_a_cluster(&script);
     let (json, rest) = stdout.split_once("--- prometheus\n").unwrap();
-    let (prometheus, watch) = rest.split_once("--- watch\n").unwrap();
+    let (prometheus, rest) = rest.split_once("--- watch\n").unwrap();
+    let (watch, rest) = rest.split_once("--- pipe\n").unwrap();
+    let (pipe, host_role) = rest.split_once("--- host role\n").unwrap();
+    // `status --watch | head` ends quietly when head goes away (it panicked on the broken pipe).
+    assert!(!pipe.contains("panicked"), "{pipe}");
+    // A host role may not read the status views: the error says what the server said, and the fix.
+    for part in ["permission denied", "42501", "rendezvous_observer", "exit 2"] {
+        assert!(host_role.contains(part), "no {part:?} in:\n{host_role}");
+    }
     let status: serde_json::Value = serde_json::from_str(json).unwrap();
     assert_eq!(status["hosts"][0]["host_id"], "h1");
     assert_eq!(status["hosts"][0]["live"], true);
     assert_eq!(status["leaders"][0]["group"], "g");
     assert_eq!(status["leaders"][0]["epoch"], 1);
     assert_eq!(status["recent_runs"][0]["dispatch_key"], "k1");
+    assert_eq!(status["run_queue"][0]["workflow"], "wf");
+    assert_eq!(status["run_queue"][0]["pending"], 1);
     assert_eq!(status["firings"]["in_flight"], 1);
     assert_eq!(status["firings"]["in_flight_sample"][0]["holder"], "h1");
     assert_eq!(status["tasks"][0]["task_id"], "nightly");
