@@ -233,11 +233,28 @@ fn label(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-/// Prints the status for a person.
+/// Prints the status for a person. Host ids, task ids, errors and every other text come from
+/// the database, written by whoever can call the API: control characters in them are shown
+/// escaped, never sent to the terminal (an escape sequence could set its title or clear it).
 pub fn print(v: &Value) {
-    println!("hosts");
+    print!("{}", escape_controls(&render(v)));
+}
+
+/// `s` with every control character but the newline written as `\u{..}`.
+fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// The status for a person, as text.
+fn render(v: &Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "hosts");
     for h in v["hosts"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<16} {:<5} weight {:<4} last heartbeat {:.1} s ago",
             h["host_id"].as_str().unwrap_or(""),
             if h["live"].as_bool() == Some(true) { "live" } else { "stale" },
@@ -245,9 +262,10 @@ pub fn print(v: &Value) {
             h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0)
         );
     }
-    println!("leaders");
+    let _ = writeln!(out, "leaders");
     for l in v["leaders"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<32} {} epoch {}",
             l["group"].as_str().unwrap_or(""),
             l["leader"].as_str().map(|s| format!("led by {s}")).unwrap_or_else(|| "no leader".into()),
@@ -255,23 +273,25 @@ pub fn print(v: &Value) {
         );
     }
     let r = &v["replication"];
-    println!(
+    let _ = writeln!(
+        out,
         "replication: {} standbys, {} synchronous{}",
         r["standbys"],
         r["synchronous"],
         if r["in_recovery"].as_bool() == Some(true) { " (this server is a standby)" } else { "" }
     );
     if let Some(w) = r["warning"].as_str() {
-        println!("  WARNING: {w}");
+        let _ = writeln!(out, "  WARNING: {w}");
     }
-    println!("tasks");
+    let _ = writeln!(out, "tasks");
     for t in v["tasks"].as_array().into_iter().flatten() {
         let next = match (t["paused"].as_bool(), t["next_fire_in_seconds"].as_f64()) {
             (Some(true), _) => "paused".to_owned(),
             (_, Some(s)) => format!("next in {s:.1} s"),
             (_, None) => "never again".to_owned(),
         };
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<24} {:<20} {:<14} {} running, {} waiting, {} failed, {} skipped{}",
             t["task_id"].as_str().unwrap_or(""),
             t["schedule"].as_str().unwrap_or(""),
@@ -284,7 +304,11 @@ pub fn print(v: &Value) {
         );
     }
     let f = &v["firings"];
-    println!("firings: {} in flight, {} completed, {} failed", f["in_flight"], f["completed"], f["failed"]);
+    let _ = writeln!(
+        out,
+        "firings: {} in flight, {} completed, {} failed",
+        f["in_flight"], f["completed"], f["failed"]
+    );
     for x in f["in_flight_sample"].as_array().into_iter().flatten() {
         let holder = x["holder"].as_str().map(|h| {
             format!(
@@ -293,7 +317,8 @@ pub fn print(v: &Value) {
                 x["lease_left_seconds"].as_f64().unwrap_or(0.0)
             )
         });
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<9} {} {}",
             x["state"].as_str().unwrap_or(""),
             x["key"].as_str().unwrap_or(""),
@@ -301,20 +326,22 @@ pub fn print(v: &Value) {
         );
     }
     for x in f["recently_completed"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  done      {} by {} (token {})",
             x["key"].as_str().unwrap_or(""),
             x["holder"].as_str().unwrap_or(""),
             x["token"]
         );
     }
-    println!("run queue (unfinished runs per workflow)");
+    let _ = writeln!(out, "run queue (unfinished runs per workflow)");
     let queue = v["run_queue"].as_array().map(Vec::as_slice).unwrap_or_default();
     if queue.is_empty() {
-        println!("  nothing pending or running");
+        let _ = writeln!(out, "  nothing pending or running");
     }
     for q in queue {
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<24} {} pending ({} runnable now), {} running{}",
             q["workflow"].as_str().unwrap_or(""),
             q["pending"],
@@ -326,9 +353,10 @@ pub fn print(v: &Value) {
                 .unwrap_or_default()
         );
     }
-    println!("recent runs");
+    let _ = writeln!(out, "recent runs");
     for r in v["recent_runs"].as_array().into_iter().flatten() {
-        println!(
+        let _ = writeln!(
+            out,
             "  run {} {} {} key {} {}",
             r["run_id"],
             r["tenant"].as_str().unwrap_or(""),
@@ -337,11 +365,25 @@ pub fn print(v: &Value) {
             r["state"].as_str().unwrap_or("")
         );
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host id that would set the terminal's title and clear its screen is shown escaped.
+    #[test]
+    fn control_characters_from_the_database_are_escaped() {
+        let v = json!({
+            "hosts": [{"host_id": "evil\u{1b}]0;owned\u{7}\u{1b}[2J", "live": true, "weight": 1, "seconds_since_heartbeat": 0.5}],
+            "leaders": [], "replication": {}, "tasks": [], "firings": {}, "run_queue": [], "recent_runs": [],
+        });
+        let text = escape_controls(&render(&v));
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        assert!(text.contains("evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{text}");
+        assert!(text.starts_with("hosts\n"));
+    }
 
     #[test]
     fn prometheus_families_and_escaped_labels() {
