@@ -215,6 +215,14 @@ pub async fn assert_run(client: &impl GenericClient, run_id: i64, token: i64) ->
     Ok(())
 }
 
+/// Ends the claims `host_id` holds from other sessions than this connection's (an earlier
+/// process of this host, hung or cut off, whose session lives on): its firings become claimable
+/// at once and its runs pending again. Returns how many claims ended. A [`Scheduler`](crate::Scheduler)
+/// calls it when it starts.
+pub async fn release_host_claims(client: &impl GenericClient, host_id: &str) -> Result<i64> {
+    Ok(client.query_one(sql::RELEASE_HOST_CLAIMS, &[&host_id]).await?.get(0))
+}
+
 /// Cancels a pending or running run (as a member of `rendezvous_admin`): it never runs again,
 /// and its holder's token completes and fences nothing. False when it had finished.
 pub async fn cancel_run(client: &impl GenericClient, run_id: i64) -> Result<bool> {

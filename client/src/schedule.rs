@@ -1038,6 +1038,11 @@ impl SchedulerBuilder {
         let control = tokio::time::timeout(limit, open_control(&shared))
             .await
             .map_err(|_| Error::Disconnected(format!("the database gave no answer within {limit:?}")))??;
+        // What an earlier process under this host id still holds runs again at once.
+        let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
+        if released > 0 {
+            tracing::warn!(host_id = %shared.host_id, released, "ended claims an earlier process of this host still held");
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(shared.clone(), control, stop_rx));
         Ok(Scheduler { shared, stop: stop_tx, task: Some(task) })

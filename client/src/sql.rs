@@ -123,6 +123,9 @@ statements! {
     /// `$1` run id, `$2` token.
     ASSERT_RUN = "SELECT rendezvous.assert_run($1::int8, $2::int8)"
         (INT8, INT8) -> ("assert_run": VOID);
+    /// `$1` host id: ends what an earlier process under this id still holds.
+    RELEASE_HOST_CLAIMS = "SELECT rendezvous.release_host_claims($1::text)"
+        (TEXT) -> ("release_host_claims": INT8);
     /// `$1` run id.
     CANCEL_RUN = "SELECT rendezvous.cancel_run($1::int8)"
         (INT8) -> ("cancel_run": BOOL);

@@ -155,3 +155,8 @@ GRANT EXECUTE ON FUNCTION
     TO rendezvous_host;
 GRANT EXECUTE ON FUNCTION rendezvous.cancel_run(bigint) TO rendezvous_admin;
 GRANT SELECT ON rendezvous.status_run_queue TO rendezvous_observer;
+
+-- A host starting under its id ends what an earlier process under that id still holds.
+ALTER FUNCTION rendezvous.release_host_claims(text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.release_host_claims(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.release_host_claims(text) TO rendezvous_host;

@@ -328,6 +328,41 @@ $$;
 COMMENT ON FUNCTION rendezvous.cancel_run(bigint) IS
     'Cancels a pending or running run (it never runs again; a holder''s token completes and fences nothing); false when it does not exist or already finished.';
 
+-- A host starting under host_id ends what an earlier process under that id still holds (a
+-- process hung or cut off, whose session lives on): its firings' claims end now, its runs go
+-- back to pending (their attempt not counted), so they run again at once. Claims this session
+-- holds are kept. Returns how many claims it ended. Hosts sharing a role trust each other
+-- (guarantees.md): any of them may call it for any host id.
+CREATE FUNCTION rendezvous.release_host_claims(host_id text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    me integer := pg_catalog.pg_backend_pid();
+    firings bigint;
+    runs bigint;
+BEGIN
+    PERFORM rendezvous._check_host_id(release_host_claims.host_id);
+    UPDATE rendezvous.firings f SET lease_until = now_
+     WHERE f.holder = release_host_claims.host_id AND f.completed_at IS NULL AND f.failed_at IS NULL
+       AND f.lease_until > now_ AND f.holder_pid IS DISTINCT FROM me;
+    GET DIAGNOSTICS firings = ROW_COUNT;
+    UPDATE rendezvous.runs r
+       SET state = 'pending', runnable_at = now_, attempts = greatest(r.attempts - 1, 0), holder = NULL,
+           lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
+     WHERE r.holder = release_host_claims.host_id AND r.state = 'running' AND r.holder_pid IS DISTINCT FROM me;
+    GET DIAGNOSTICS runs = ROW_COUNT;
+    IF runs > 0 THEN
+        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+    END IF;
+    RETURN firings + runs;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.release_host_claims(text) IS
+    'Ends the claims host_id holds from other sessions (an earlier process of this host): firings claimable at once, runs pending again; returns how many.';
+
 -- When the next run becomes runnable that is not runnable now (a retry backoff's end), or
 -- NULL: a worker with nothing to claim sleeps until then, or until notified.
 CREATE FUNCTION rendezvous.next_runnable_at(workflow_refs text[] DEFAULT NULL) RETURNS timestamptz

@@ -317,3 +317,32 @@ async fn a_firing_that_spawns_a_run_gets_one_run_however_often_it_retries() {
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1, 1), "one run for the firing");
     assert_eq!(row.get::<_, Option<String>>(2).as_deref(), attempts.keys().next().map(String::as_str));
 }
+
+/// A host that starts under a host id ends what an earlier process under that id still holds
+/// (#23): the earlier process is stopped (SIGSTOP: its session lives, its lease is an hour), and
+/// a new Scheduler under the same id runs its run at once instead of waiting out the lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
+    let db = TestDb::new("runs_restart").await;
+    let client = db.connect().await;
+    let run = spawn_run(&client, "acme", "restart", &json!({}), None).await.unwrap();
+    let (mut old, run_id, token) = claimer(&db.url, &["run", "restart", "host-r"]).await;
+    assert_eq!(run_id, run.run_id);
+    let pid = old.id().unwrap().to_string();
+    std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    let options = SchedulerOptions::default().with_rank_delay(Duration::ZERO);
+    let scheduler = Scheduler::builder(db.url.as_str(), "host-r")
+        .options(options)
+        .workflow("restart", |_job: Job| async { Ok::<(), std::io::Error>(()) })
+        .start()
+        .await
+        .unwrap();
+    wait_for_count(&client, "SELECT count(*) FROM rendezvous.runs WHERE state = 'succeeded'", 1).await;
+    let row = client.query_one("SELECT token, attempts FROM rendezvous.runs", &[]).await.unwrap();
+    assert!(row.get::<_, i64>(0) > token, "run again with a higher token");
+    assert_eq!(row.get::<_, i32>(1), 1, "the predecessor's attempt is not counted");
+    assert!(!runs::complete_run(&client, run_id, token, None).await.unwrap(), "the predecessor's token");
+    scheduler.shutdown(Duration::from_secs(5)).await.unwrap();
+    std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    old.start_kill().unwrap();
+}
