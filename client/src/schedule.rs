@@ -628,7 +628,7 @@ impl Side {
                     if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
                         *slot = None;
                     }
-                    last = Some(Error::Disconnected(format!("no answer within {:?}", self.timeout)));
+                    last = Some(no_answer(self.timeout));
                 }
             }
         }
@@ -638,7 +638,10 @@ impl Side {
 
 /// A completion waiting for its batch: the firing or run, its token, and where to say how it
 /// went.
-type Completion = (Work, i64, tokio::sync::oneshot::Sender<std::result::Result<bool, String>>);
+type Completion = (Work, i64, Reply);
+
+/// Where a completion's outcome goes: true when its token still held the work.
+type Reply = tokio::sync::oneshot::Sender<std::result::Result<bool, String>>;
 
 /// Completes firings and runs in batches on the side connection: one `complete_firings` and one
 /// `complete_runs` statement (one commit, one flush each) for every completion that arrived
@@ -652,16 +655,15 @@ async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::Unbound
                 Err(_) => break,
             }
         }
-        let (firings, runs): (Vec<Completion>, Vec<Completion>) =
-            batch.into_iter().partition(|(w, _, _)| matches!(w, Work::Firing(_)));
+        let (mut firings, mut runs) = (Vec::new(), Vec::new());
+        for (work, token, reply) in batch {
+            match work {
+                Work::Firing(f) => firings.push(((f, token), reply)),
+                Work::Run(r) => runs.push(((r.run_id, token), reply)),
+            }
+        }
         if !firings.is_empty() {
-            let pairs: Vec<(Firing, i64)> = firings
-                .iter()
-                .filter_map(|(w, t, _)| match w {
-                    Work::Firing(f) => Some((f.clone(), *t)),
-                    Work::Run(_) => None,
-                })
-                .collect();
+            let pairs: Vec<(Firing, i64)> = firings.iter().map(|(p, _)| p.clone()).collect();
             let result = side
                 .call(|c| {
                     let pairs = pairs.clone();
@@ -671,38 +673,32 @@ async fn complete_in_batches(side: Arc<Side>, mut rx: tokio::sync::mpsc::Unbound
                     }
                 })
                 .await;
-            answer(firings, result);
+            answer(firings.into_iter().map(|(_, reply)| reply), result);
         }
         if !runs.is_empty() {
-            let pairs: Vec<(i64, i64)> = runs
-                .iter()
-                .filter_map(|(w, t, _)| match w {
-                    Work::Run(r) => Some((r.run_id, *t)),
-                    Work::Firing(_) => None,
-                })
-                .collect();
+            let pairs: Vec<(i64, i64)> = runs.iter().map(|(p, _)| *p).collect();
             let result = side
                 .call(|c| {
                     let pairs = pairs.clone();
                     async move { runs::complete_runs(&*c, &pairs).await }
                 })
                 .await;
-            answer(runs, result);
+            answer(runs.into_iter().map(|(_, reply)| reply), result);
         }
     }
 }
 
 /// Tells each completion of a batch how it went.
-fn answer(batch: Vec<Completion>, result: Result<Vec<bool>>) {
+fn answer(replies: impl Iterator<Item = Reply>, result: Result<Vec<bool>>) {
     match result {
         Ok(done) => {
-            for ((_, _, reply), ok) in batch.into_iter().zip(done) {
+            for (reply, ok) in replies.zip(done) {
                 let _ = reply.send(Ok(ok));
             }
         }
         Err(e) => {
             let e = e.to_string();
-            for (_, _, reply) in batch {
+            for reply in replies {
                 let _ = reply.send(Err(e.clone()));
             }
         }
@@ -715,9 +711,8 @@ struct Shared {
     options: SchedulerOptions,
     tasks: Vec<TaskSpec>,
     handlers: HashMap<String, Arc<HandlerFn>>,
-    /// Handlers of admitted runs, by workflow_ref, and their names (what claims ask for).
+    /// Handlers of admitted runs, by workflow_ref.
     workflows: HashMap<String, Arc<HandlerFn>>,
-    workflow_refs: Vec<String>,
     pool: Pool,
     side: Arc<Side>,
     completions: tokio::sync::mpsc::UnboundedSender<Completion>,
@@ -1027,7 +1022,6 @@ impl SchedulerBuilder {
             options: self.options,
             tasks: self.tasks,
             handlers: self.handlers,
-            workflow_refs: self.workflows.keys().cloned().collect(),
             workflows: self.workflows,
             counters: Counters::default(),
             running: Mutex::new(HashMap::new()),
@@ -1035,9 +1029,8 @@ impl SchedulerBuilder {
             runs_waiting: AtomicBool::new(false),
         });
         let limit = shared.options.call_timeout;
-        let control = tokio::time::timeout(limit, open_control(&shared))
-            .await
-            .map_err(|_| Error::Disconnected(format!("the database gave no answer within {limit:?}")))??;
+        let control =
+            tokio::time::timeout(limit, open_control(&shared)).await.map_err(|_| no_answer(limit))??;
         // What an earlier process under this host id still holds runs again at once.
         let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
         if released > 0 {
@@ -1254,7 +1247,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         };
         let looked = looked.unwrap_or_else(|_| {
             Counters::add(&shared.counters.timeouts);
-            Err(Error::Disconnected(format!("no answer within {:?}", shared.options.call_timeout)))
+            Err(no_answer(shared.options.call_timeout))
         });
         match looked {
             Ok(wait) => {
@@ -1288,6 +1281,11 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     jobs
 }
 
+/// What a call that got no answer within `limit` fails with (its connection is given up).
+fn no_answer(limit: Duration) -> Error {
+    Error::Disconnected(format!("the database gave no answer within {limit:?}"))
+}
+
 /// A new control connection within the call timeout (registering tasks and heartbeating are
 /// commits, which a primary cut off from its synchronous standby never acknowledges).
 async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Control> {
@@ -1296,7 +1294,7 @@ async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Con
         r = tokio::time::timeout(limit, open_control(shared)) => {
             r.unwrap_or_else(|_| {
                 Counters::add(&shared.counters.timeouts);
-                Err(Error::Disconnected(format!("no answer within {limit:?}")))
+                Err(no_answer(limit))
             })
         }
         _ = stop.changed() => Err(Error::Disconnected("stopping".into())),
@@ -1416,9 +1414,9 @@ async fn tick(
     // Admitted runs, with the slots the firings left: this host's own by HRW at once, others'
     // after the rank delay (the database decides which, on its clock).
     let mut next = next;
-    if !shared.workflow_refs.is_empty() && shared.slots.available_permits() > 0 {
+    if !shared.workflows.is_empty() && shared.slots.available_permits() > 0 {
         let free = shared.slots.available_permits();
-        let refs: Vec<&str> = shared.workflow_refs.iter().map(String::as_str).collect();
+        let refs: Vec<&str> = shared.workflows.keys().map(String::as_str).collect();
         let options = runs::ClaimRuns {
             max: free as i32,
             lease: o.run_lease,

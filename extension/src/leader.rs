@@ -464,9 +464,10 @@ fn confirm_term(group: &str, lease: Option<Interval>) {
     }
 }
 
-/// Records a new term's lease from its start (0.3.0's tables: older ones knew no lease).
+/// Records a new term's lease from its start (a claim with a lease comes from 0.3.0's
+/// declaration, so its tables have the column).
 fn start_lease(group: &str, lease: Option<Interval>) {
-    if lease.is_some() && crate::holder::has_column(c"leader_confirmations", c"lease") {
+    if lease.is_some() {
         confirm_term(group, lease);
     }
 }
