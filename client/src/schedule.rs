@@ -1211,6 +1211,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     let mut backoff = Duration::from_millis(100);
     let mut last_heartbeat = Instant::now();
     let mut view: Option<HostSet> = None;
+    let mut offset: Option<Offset> = None;
     loop {
         if *stop.borrow() {
             break;
@@ -1225,6 +1226,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                     tracing::info!(host_id = %shared.host_id, "scheduler reconnected");
                     backoff = Duration::from_millis(100);
                     view = None;
+                    offset = None;
                     c
                 }
                 Err(e) => {
@@ -1241,7 +1243,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         let looked = tokio::select! {
             r = tokio::time::timeout(
                 shared.options.call_timeout,
-                tick(&shared, &control_now.client, &mut view, &mut last_heartbeat, &mut jobs),
+                tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat, &mut jobs),
             ) => r,
             _ = stop.changed() => break,
         };
@@ -1252,21 +1254,27 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         match looked {
             Ok(wait) => {
                 let wakeups = &mut control_now.wakeups;
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    Some(_) = wakeups.recv() => {
-                        // Runs became runnable: look now, once for all announced meanwhile.
-                        while wakeups.try_recv().is_ok() {}
-                    }
-                    _ = shared.finished.notified() => {
-                        // Firings finishing one by one must not make a look per firing (each
-                        // look costs the database a query): the next look gathers what
-                        // finished meanwhile. With runs waiting, a free slot is claimed at once.
-                        if !shared.runs_waiting.load(Ordering::Relaxed) {
-                            tokio::time::sleep_until((ticked + GATHER).into()).await;
+                let mut next_look = ticked + wait;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(next_look.into()) => break,
+                        Some(_) = wakeups.recv() => {
+                            // Runs became runnable: look now, once for all announced meanwhile.
+                            while wakeups.try_recv().is_ok() {}
+                            break;
                         }
+                        _ = shared.finished.notified() => {
+                            // With runs waiting, a freed slot is claimed at once. Otherwise
+                            // jobs finishing one by one must not make a look each (each costs
+                            // the database a query): the next look gathers what finished
+                            // meanwhile, and an announced run still wakes the host at once.
+                            if shared.runs_waiting.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            next_look = next_look.min(ticked + GATHER);
+                        }
+                        _ = stop.changed() => break,
                     }
-                    _ = stop.changed() => {}
                 }
                 control = Some(control_now);
             }
@@ -1321,11 +1329,13 @@ async fn tick(
     shared: &Arc<Shared>,
     client: &Client,
     view: &mut Option<HostSet>,
+    offset: &mut Option<Offset>,
     last_heartbeat: &mut Instant,
     jobs: &mut Vec<JoinHandle<()>>,
 ) -> Result<Duration> {
     let o = &shared.options;
-    if view.is_none() || last_heartbeat.elapsed() >= o.heartbeat {
+    let heartbeat_due = view.is_none() || last_heartbeat.elapsed() >= o.heartbeat;
+    if heartbeat_due {
         let ok = membership::heartbeat(client, &shared.host_id, o.weight).await;
         metrics::counter!(signals::HEARTBEATS, "result" => if ok.is_ok() { "ok" } else { "error" })
             .increment(1);
@@ -1344,12 +1354,21 @@ async fn tick(
     // When something becomes claimable next, read *before* the due firings: firings another
     // host makes in between are then either in the due list or make this instant past (so the
     // next look comes soon), never missed until the next fire time.
+    // A scheduler of workflows alone reads no firings: it measures the clocks' offset (for
+    // when the next run becomes runnable) with each heartbeat instead.
     let local_before = SystemTime::now();
-    let (next_db_now, next) = next_due_at(client).await?;
-    let offset = Offset::measure(next_db_now, local_before, SystemTime::now());
-    // A scheduler of workflows alone reads no due firings (next_due_at still gives the clocks'
-    // offset).
-    let due = if shared.handlers.is_empty() { Vec::new() } else { due_list(client, want).await?.0 };
+    let (next, due) = if shared.handlers.is_empty() {
+        if heartbeat_due || offset.is_none() {
+            let db_now: SystemTime = client.query_one(sql::CLOCK, &[]).await?.get(0);
+            *offset = Some(Offset::measure(db_now, local_before, SystemTime::now()));
+        }
+        (None, Vec::new())
+    } else {
+        let (next_db_now, next) = next_due_at(client).await?;
+        *offset = Some(Offset::measure(next_db_now, local_before, SystemTime::now()));
+        (next, due_list(client, want).await?.0)
+    };
+    let offset = offset.expect("measured above");
     let now_local = || match &o.clock {
         Clock::Database => SystemTime::now(),
         Clock::Local(f) => f(),
