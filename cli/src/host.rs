@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
-use rendezvous_client::firing::Clock;
+use rendezvous_client::Clock;
 use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::{

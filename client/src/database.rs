@@ -3,7 +3,7 @@
 //!
 //! Every piece of the client that connects (the stateless calls' [`connect`](crate::connect),
 //! [`Membership`](crate::Membership), [`LeaderElector`](crate::LeaderElector),
-//! [`Scheduler`](crate::Scheduler), [`Dispatcher`](crate::Dispatcher)) takes anything that
+//! [`Scheduler`](crate::Scheduler)) takes anything that
 //! converts into a `Database`: a `&str` or `String` URL, or a `Database` built here.
 //!
 //! TLS is rustls (with the `ring` provider). In a URL, `sslmode` and `sslrootcert` mean what

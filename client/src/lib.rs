@@ -2,8 +2,9 @@
 //!
 //! Stateless calls take `&impl GenericClient`, so they work on a plain client, inside the
 //! caller's own transaction, or on a pooled connection. Long-lived pieces ([`Membership`],
-//! [`LeaderElector`], [`Scheduler`], [`Dispatcher`]) own a dedicated connection and a background task, and
-//! stop with `shutdown().await`.
+//! [`LeaderElector`], [`Scheduler`]) own a dedicated connection and a background task, and
+//! stop with `shutdown().await`. The [`Scheduler`] is the one work runtime: it runs scheduled
+//! firings and admitted runs alike.
 //!
 //! The HRW algorithm is the same code the extension runs ([`hrw`]), so a host can compute
 //! owners locally and get exactly the server's answer.
@@ -16,8 +17,8 @@
 //! | idempotent run admission | [`spawn_run`], and the rest of [`admission`] |
 //! | membership heartbeat, live set | [`Membership`], and the rest of [`membership`] |
 //! | one leader per group | [`LeaderElector`], and the rest of [`leader`] |
-//! | recurring tasks on the database's clock | [`Scheduler`], and the rest of [`schedule`] |
-//! | exactly-once claims of firings you compute | [`Dispatcher`], and the rest of [`firing`] |
+//! | the work runtime: recurring tasks on the database's clock, admitted runs | [`Scheduler`], and the rest of [`schedule`] and [`runs`] |
+//! | low-level claims, for callers who place work themselves | [`firing`], [`runs`] |
 //! | local HRW lookups | [`HostSet`] ([`hrw`]) |
 //! | acknowledgements a failover could lose | [`replication`], [`Error::NotReplicated`] |
 //!
@@ -72,13 +73,13 @@ pub mod sql;
 pub use admission::{spawn_run, Admission};
 pub use database::Database;
 pub use error::{Error, Result};
-pub use firing::{Clock, DispatchReport, Dispatcher, DispatcherOptions, Firing, FiringClaim, FiringContext};
+pub use firing::{Firing, FiringClaim, FiringState};
 pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
 pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
 pub use runs::{RetryPolicy, RunClaim};
 pub use schedule::{
-    CatchUp, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, ShutdownReport,
+    CatchUp, Clock, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, ShutdownReport,
     TaskSpec,
 };
 pub use tokio_postgres;

@@ -40,7 +40,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
-use crate::firing::{self, Clock, Firing};
+use crate::firing::{self, Firing};
 use crate::hrw::HostSet;
 use crate::membership::{self, DEFAULT_STALENESS};
 use crate::runs::{self, RunClaim};
@@ -347,6 +347,27 @@ where
         let fut = handler(job);
         Box::pin(async move { fut.await.map_err(Into::into) })
     })
+}
+
+/// How a host reads "now" to time its rank delays. Correctness never depends on it (leases
+/// and claims use the database clock); only who tries first does.
+#[derive(Clone, Default)]
+pub enum Clock {
+    /// The local clock corrected by its offset from the database's, measured at each look.
+    #[default]
+    Database,
+    /// A clock of the caller's (for instance a deliberately skewed one, to test that skew
+    /// changes nothing but timing).
+    Local(Arc<dyn Fn() -> SystemTime + Send + Sync>),
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Clock::Database => "Clock::Database",
+            Clock::Local(_) => "Clock::Local",
+        })
+    }
 }
 
 /// Settings for a [`Scheduler`].

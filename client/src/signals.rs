@@ -33,8 +33,7 @@ pub const FIRING_CLAIMS_LOST: &str = "rendezvous_firing_claims_lost_total";
 pub const FIRINGS_COMPLETED: &str = "rendezvous_firings_completed_total";
 /// Firings this host completed after taking them over from a holder whose lease ran out (counter).
 pub const FIRINGS_TAKEN_OVER: &str = "rendezvous_firings_taken_over_total";
-/// Firings whose work failed here: recorded for a retry by a `Scheduler`, released by a
-/// `Dispatcher` (counter).
+/// Firings whose work failed here, recorded for a retry with `fail_firing` (counter).
 pub const FIRINGS_FAILED: &str = "rendezvous_firings_failed_total";
 /// How late work started against the firing's due instant, on the host's estimate of the
 /// database clock (histogram, seconds).

@@ -174,7 +174,7 @@ async fn client_and_sql_accept_and_refuse_the_same_firing_keys() {
     assert!(err.code().is_some(), "{err}");
     // The dispatcher refuses a batch with a BC firing before claiming anything.
     let dispatcher =
-        rendezvous_client::Dispatcher::connect(&db.url, "h", rendezvous_client::DispatcherOptions::default())
+        rendezvous_tests::dispatch::Dispatcher::connect(&db.url, "h", rendezvous_tests::dispatch::DispatcherOptions::default())
             .await
             .unwrap();
     let due = [

@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::{Rng, SeedableRng};
-use rendezvous_client::firing::{assert_firing, claim_firing, Clock};
+use rendezvous_client::firing::{assert_firing, claim_firing};
+use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
-use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
+use rendezvous_client::Firing;
+use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 use rendezvous_tests::{wait_for_count, TestDb};
 use tokio::sync::Barrier;
 

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use rendezvous_client::firing::Clock;
+use rendezvous_client::Clock;
 use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};
 use rendezvous_tests::{wait_for_count, TestDb};
 

@@ -3,11 +3,11 @@
 //! firings claimed and completed with their start lateness, and the live host count.
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rendezvous_client::{
-    hrw, membership, signals, spawn_run, Dispatcher, DispatcherOptions, Firing, LeaderElector, LeaderOptions,
+    hrw, membership, signals, spawn_run, Job, LeaderElector, LeaderOptions, Scheduler, SchedulerOptions, TaskSpec,
 };
 use rendezvous_tests::TestDb;
 
@@ -107,10 +107,19 @@ async fn the_client_reports_admissions_terms_firings_and_live_hosts() {
     assert_eq!(after.counter(signals::TERMS_LOST, &[("group", &group), ("reason", "shutdown")]), 1);
     assert_eq!(after.gauge(signals::LEADER, &[("group", &group)]), Some(0.0));
 
-    let dispatcher = Dispatcher::connect(&db.url, "h1", DispatcherOptions::default()).await.unwrap();
-    let due: Vec<Firing> =
-        (0..3).map(|i| Firing::new(format!("sig-{i}"), SystemTime::now() - Duration::from_secs(1))).collect();
-    dispatcher.dispatch(&due, &hrw::HostSet::new(["h1"]), |_| async { Ok(()) }).await.unwrap();
+    // Firings of a scheduled task, run by the work runtime.
+    let scheduler = Scheduler::builder(&db.url, "h1")
+        .options(SchedulerOptions::default().with_poll(Duration::from_millis(100)))
+        .task(TaskSpec::every("sig", Duration::from_secs(1)), |_job: Job| async { Ok::<(), std::io::Error>(()) })
+        .start()
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    while scheduler.stats().completed < 3 {
+        assert!(start.elapsed() < Duration::from_secs(20), "three firings were not completed in 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    scheduler.shutdown(Duration::from_secs(5)).await.unwrap();
     membership::heartbeat(&client, "h1", 1.0).await.unwrap();
     membership::heartbeat(&client, "h2", 1.0).await.unwrap();
     let live = hrw::live_host_set(&client, membership::DEFAULT_STALENESS).await.unwrap();

@@ -6,6 +6,8 @@
 //! `rendezvous cluster run -c fsync=off -- cargo test -p rendezvous-tests`.
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub mod dispatch;
+
 pub use rendezvous_cli::cluster::Cluster;
 use rendezvous_cli::cluster::{as_pg, free_port};
 use tokio_postgres::Client;

@@ -5,9 +5,11 @@
 //! pattern that makes a firing's database effects exactly-once. Prints the report at the end.
 use std::time::{Duration, UNIX_EPOCH};
 
-use rendezvous_client::firing::{assert_firing, complete_firing, Clock};
+use rendezvous_client::firing::{assert_firing, complete_firing};
+use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
-use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
+use rendezvous_client::Firing;
+use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

@@ -2,12 +2,13 @@
 //! that lost), side by side in one run: HRW rank-delayed dispatch, everyone claiming
 //! everything, and a `FOR UPDATE SKIP LOCKED` queue.
 //!
-//! Run: `scripts/bench.sh firing`, or `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench firing`.
+//! Run: `scripts/bench.sh firing`, or `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-tests --bench firing`.
 use std::time::{Duration, Instant, SystemTime};
 
-use rendezvous_client::firing::Clock;
+use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
-use rendezvous_client::{Dispatcher, DispatcherOptions, Firing};
+use rendezvous_client::Firing;
+use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 
 const HOSTS: usize = 8;
 const FIRINGS: usize = 20_000;
