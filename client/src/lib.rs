@@ -171,6 +171,11 @@ pub async fn connect_as(
     Ok(connect_watched(&database.into(), application_name).await?.client)
 }
 
+/// What a call that got no answer within `limit` fails with (its connection is given up).
+pub(crate) fn no_answer(limit: std::time::Duration) -> Error {
+    Error::Disconnected(format!("the database gave no answer within {limit:?}"))
+}
+
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
 pub(crate) struct Watched {
     pub(crate) client: tokio_postgres::Client,

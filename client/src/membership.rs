@@ -65,11 +65,16 @@ pub struct MembershipOptions {
     pub weight: f64,
     /// Time between heartbeats. Default 2 s; keep it well under the staleness window (10 s).
     pub interval: Duration,
+    /// The longest one heartbeat (with its connect) may take. A heartbeat is a commit, which a
+    /// primary cut off from its synchronous standby never acknowledges, and a dead network path
+    /// never answers: past this, the connection is dropped and made again (through a
+    /// multi-host URL, to whichever server accepts writes). Default 10 s.
+    pub call_timeout: Duration,
 }
 
 impl Default for MembershipOptions {
     fn default() -> Self {
-        MembershipOptions { weight: 1.0, interval: Duration::from_secs(2) }
+        MembershipOptions { weight: 1.0, interval: Duration::from_secs(2), call_timeout: Duration::from_secs(10) }
     }
 }
 
@@ -85,6 +90,13 @@ impl MembershipOptions {
     #[must_use]
     pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
+        self
+    }
+
+    /// Sets [`call_timeout`](Self::call_timeout).
+    #[must_use]
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
         self
     }
 }
@@ -150,12 +162,18 @@ impl Membership {
     ) -> Result<Membership> {
         let database = database.into();
         check_host_id(host_id)?;
-        if options.interval.is_zero() {
-            return Err(Error::InvalidArgument("heartbeat interval must be greater than zero".into()));
+        if options.interval.is_zero() || options.call_timeout.is_zero() {
+            return Err(Error::InvalidArgument("heartbeat interval and call timeout must be greater than zero".into()));
         }
-        let client = connect_as(&database, &session_name(host_id)).await?;
-        crate::check_extension(&client).await?;
-        let first = heartbeat(&client, host_id, options.weight).await?;
+        let first = async {
+            let client = connect_as(&database, &session_name(host_id)).await?;
+            crate::check_extension(&client).await?;
+            let first = heartbeat(&client, host_id, options.weight).await?;
+            Ok::<_, Error>((client, first))
+        };
+        let (client, first) = tokio::time::timeout(options.call_timeout, first)
+            .await
+            .unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
         let (stop, stop_rx) = watch::channel(false);
         let (status_tx, status) = watch::channel(HeartbeatStatus { last_ok: Some(first), last_error: None });
         let task = tokio::spawn(run(database, host_id.to_owned(), options, client, stop_rx, status_tx));
@@ -196,9 +214,20 @@ async fn run(
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        let outcome = match ensure_connected(&mut client, &database, &host_id).await {
-            Ok(c) => heartbeat(c, &host_id, options.weight).await,
-            Err(e) => Err(e),
+        // Bounded: a commit that never returns must not stop this host from trying again,
+        // nor its shutdown; the connection it waited on is given up.
+        let beat = async {
+            match ensure_connected(&mut client, &database, &host_id).await {
+                Ok(c) => heartbeat(c, &host_id, options.weight).await,
+                Err(e) => Err(e),
+            }
+        };
+        let outcome = tokio::select! {
+            r = tokio::time::timeout(options.call_timeout, beat) => r.unwrap_or_else(|_| {
+                client = None;
+                Err(crate::no_answer(options.call_timeout))
+            }),
+            _ = stop.changed() => break,
         };
         let result = if outcome.is_ok() { "ok" } else { "error" };
         metrics::counter!(signals::HEARTBEATS, "result" => result).increment(1);
@@ -213,7 +242,8 @@ async fn run(
             }
         });
     }
-    leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await?;
+    let leaving = async { leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await };
+    tokio::time::timeout(options.call_timeout, leaving).await.unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
     Ok(())
 }
 

@@ -649,7 +649,7 @@ impl Side {
                     if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
                         *slot = None;
                     }
-                    last = Some(no_answer(self.timeout));
+                    last = Some(crate::no_answer(self.timeout));
                 }
             }
         }
@@ -1051,7 +1051,7 @@ impl SchedulerBuilder {
         });
         let limit = shared.options.call_timeout;
         let control =
-            tokio::time::timeout(limit, open_control(&shared)).await.map_err(|_| no_answer(limit))??;
+            tokio::time::timeout(limit, open_control(&shared)).await.map_err(|_| crate::no_answer(limit))??;
         // What an earlier process under this host id still holds runs again at once.
         let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
         if released > 0 {
@@ -1270,7 +1270,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         };
         let looked = looked.unwrap_or_else(|_| {
             Counters::add(&shared.counters.timeouts);
-            Err(no_answer(shared.options.call_timeout))
+            Err(crate::no_answer(shared.options.call_timeout))
         });
         match looked {
             Ok(wait) => {
@@ -1310,10 +1310,6 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     jobs
 }
 
-/// What a call that got no answer within `limit` fails with (its connection is given up).
-fn no_answer(limit: Duration) -> Error {
-    Error::Disconnected(format!("the database gave no answer within {limit:?}"))
-}
 
 /// A new control connection within the call timeout (registering tasks and heartbeating are
 /// commits, which a primary cut off from its synchronous standby never acknowledges).
@@ -1323,7 +1319,7 @@ async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Con
         r = tokio::time::timeout(limit, open_control(shared)) => {
             r.unwrap_or_else(|_| {
                 Counters::add(&shared.counters.timeouts);
-                Err(no_answer(limit))
+                Err(crate::no_answer(limit))
             })
         }
         _ = stop.changed() => Err(Error::Disconnected("stopping".into())),

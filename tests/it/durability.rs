@@ -381,10 +381,10 @@ async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledge
 /// synchronous standby that never comes (a primary cut off from its standby), every commit
 /// waits. A Scheduler bounds each look and each side call by its call timeout, connects again,
 /// and shuts down promptly; without the timeout its loop hangs in its first waiting commit,
-/// never connects again, and its shutdown never returns.
+/// never connects again, and its shutdown never returns. A Membership's heartbeats likewise.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
-    use rendezvous_client::{Job, Scheduler, SchedulerOptions};
+    use rendezvous_client::{Job, Membership, MembershipOptions, Scheduler, SchedulerOptions};
     let cluster = Cluster::start_with(&ClusterOptions {
         settings: vec![("fsync".into(), "off".into())],
         ..ClusterOptions::default()
@@ -403,6 +403,15 @@ async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
         .start()
         .await
         .unwrap();
+    let membership = Membership::start(
+        cluster.url().as_str(),
+        "m",
+        MembershipOptions::default()
+            .with_interval(Duration::from_millis(200))
+            .with_call_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
     // The standby requirement appears: from now on every commit waits (this session's too,
     // except what it runs with synchronous_commit = local).
     for statement in [
@@ -430,6 +439,14 @@ async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
     let report =
         tokio::time::timeout(Duration::from_secs(20), scheduler.shutdown(Duration::from_secs(1))).await;
     assert!(report.is_ok(), "shutdown returned although no commit ever does");
+    // The membership's heartbeats give up at the call timeout and say so; it still stops.
+    let waited = std::time::Instant::now();
+    while !membership.status().last_error.is_some_and(|e| e.contains("no answer within")) {
+        assert!(waited.elapsed() < Duration::from_secs(20), "heartbeats hung: {:?}", membership.status());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(20), membership.shutdown()).await;
+    assert!(stopped.is_ok(), "the membership's shutdown hung on its leave");
     // Let the waiting commits go, so the cluster stops cleanly.
     admin.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();
     admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
