@@ -97,12 +97,45 @@ impl Drop for RemoveOnDrop {
     }
 }
 
+/// How long the controller waits for one call: a primary cut off from its synchronous standby
+/// never acknowledges a commit, and a dead network path never answers.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The controller's session name (in pg_stat_activity).
+const CONTROLLER: &str = "rendezvous fleet controller";
+/// How long the report's reads of the run's history may take.
+const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The controller's connection, made again if it was lost (a terminated backend, a failover).
 async fn reconnected(admin: &mut Client, url: &str) {
     if admin.is_closed() {
-        match rendezvous_client::connect(url).await {
-            Ok(c) => *admin = c,
-            Err(e) => println!("  controller: cannot reconnect yet ({e})"),
+        match tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
+            Ok(Ok(c)) => *admin = c,
+            Ok(Err(e)) => println!("  controller: cannot reconnect yet ({e})"),
+            Err(_) => println!("  controller: cannot reconnect yet (no answer within {CALL_TIMEOUT:?})"),
+        }
+    }
+}
+
+/// One controller call on its connection (made again first if it was lost), given up after
+/// `limit`: the connection is then dropped, so the next call goes through the URL again (to
+/// whichever server accepts writes).
+async fn bounded<T>(
+    admin: &mut Client,
+    url: &str,
+    limit: Duration,
+    call: impl AsyncFnOnce(&Client) -> Result<T, String>,
+) -> Result<T, String> {
+    reconnected(admin, url).await;
+    let answer = tokio::time::timeout(limit, call(admin)).await;
+    match answer {
+        Ok(result) => result,
+        Err(_) => {
+            // A fresh connection replaces the one that hangs; if none can be made now, the
+            // next call tries again.
+            if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
+                *admin = fresh;
+            }
+            Err(format!("no answer within {limit:?}"))
         }
     }
 }
@@ -257,45 +290,70 @@ impl Report {
 pub async fn run(o: FleetOptions) -> Result<Report, String> {
     // Ctrl-C (SIGINT), SIGTERM and SIGHUP stop the hosts and the throwaway cluster cleanly,
     // from the start: a signal while the cluster starts stops it once it is up.
-    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (interrupt, mut interrupted) = tokio::sync::watch::channel(false);
+    let interrupt = std::sync::Arc::new(interrupt);
     {
         use tokio::signal::unix::{signal, SignalKind};
         for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()] {
             let mut stream = signal(kind).map_err(|e| format!("cannot catch signals: {e}"))?;
-            let interrupted = interrupted.clone();
+            let interrupt = interrupt.clone();
             tokio::spawn(async move {
                 if stream.recv().await.is_some() {
-                    interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let _ = interrupt.send(true);
                 }
             });
         }
     }
-    let _cluster;
-    let mut ha = None;
-    let url = match (&o.url, o.ha) {
-        (Some(u), _) => u.clone(),
+    // The database is started whole (a start cut short could leave a server behind).
+    let (_cluster, mut ha, url) = start_database(&o).await?;
+    if *interrupted.borrow() {
+        return Err("interrupted".into());
+    }
+    // From here a signal ends the run at whatever step it is, a call waiting on a primary that
+    // cannot commit included: dropping the run kills its host processes (kill_on_drop) and
+    // removes its ledgers; the database is stopped after it.
+    tokio::select! {
+        report = drive(o, url, ha.as_mut()) => report,
+        _ = interrupted.wait_for(|stop| *stop) => Err("interrupted".into()),
+    }
+}
+
+/// The throwaway database of a run (a cluster, or a pair with `--ha`), or none with `--database-url`.
+async fn start_database(o: &FleetOptions) -> Result<(Option<crate::cluster::Cluster>, Option<Ha>, String), String> {
+    Ok(match (&o.url, o.ha) {
+        (Some(u), _) => (None, None, u.clone()),
         (None, Some(engine)) => {
             println!("starting a throwaway {} pair: a primary and a standby…", engine.name());
             let pair = Ha::start(engine).await?;
             let url = pair.url();
             println!("  database: {url}");
-            ha = Some(pair);
-            url
+            (None, Some(pair), url)
         }
         (None, None) => {
             println!("starting a throwaway PostgreSQL (temp dir, own port)…");
-            _cluster = crate::cluster::Cluster::start().await?;
+            let cluster = crate::cluster::Cluster::start().await?;
             println!(
                 "  database: {}   (watch it: rendezvous status --database-url {})",
-                _cluster.url(),
-                _cluster.url()
+                cluster.url(),
+                cluster.url()
             );
-            _cluster.url()
+            let url = cluster.url();
+            (Some(cluster), None, url)
         }
-    };
-    let mut admin = rendezvous_client::connect(&url).await.map_err(|e| e.to_string())?;
-    rendezvous_client::check_extension(&admin).await.map_err(|e| e.to_string())?;
-    admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())?;
+    })
+}
+
+/// The run itself, on a database that is up: hosts, chaos, the report.
+async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<Report, String> {
+    let mut admin = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(&url, CONTROLLER))
+        .await
+        .map_err(|_| format!("cannot connect: no answer within {CALL_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
+        rendezvous_client::check_extension(admin).await.map_err(|e| e.to_string())?;
+        admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())
+    })
+    .await?;
     let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);
     // Each host's ledger of what the database acknowledged to it, outside the database;
     // removed however the run ends.
@@ -315,21 +373,25 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     };
     // The tasks, scheduled in the database (the hosts register the same specs again, which
     // changes nothing); what is due is what the database's schedules say up to the end.
-    let mut due = 0;
-    for spec in base.task_specs() {
-        let first =
-            rendezvous_client::schedule::schedule_task(&admin, &spec).await.map_err(|e| e.to_string())?;
-        due += rendezvous_client::schedule::fire_times(
-            &admin,
-            &spec.schedule,
-            &spec.time_zone,
-            first - Duration::from_micros(1),
-            end,
-        )
-        .await
-        .map_err(|e| e.to_string())?
-        .len() as i64;
-    }
+    let due = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
+        let mut due = 0;
+        for spec in base.task_specs() {
+            let first =
+                rendezvous_client::schedule::schedule_task(admin, &spec).await.map_err(|e| e.to_string())?;
+            let times = rendezvous_client::schedule::fire_times(
+                admin,
+                &spec.schedule,
+                &spec.time_zone,
+                first - Duration::from_micros(1),
+                end,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            due += times.len() as i64;
+        }
+        Ok(due)
+    })
+    .await?;
     let example = base.task_specs().into_iter().last().map(|s| s.schedule).unwrap_or_default();
     println!(
         "fleet {tag}: {} hosts, {} cron tasks every {} s (\"{example}\", …), {:?} of firings ({due} due){}",
@@ -366,15 +428,6 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
     let fail_at = end - o.duration / 2;
     let mut failover_watch = None;
     loop {
-        if interrupted.load(std::sync::atomic::Ordering::SeqCst) {
-            for h in &mut hosts {
-                if let Some(c) = &mut h.child {
-                    signal(c, "CONT");
-                    let _ = c.start_kill();
-                }
-            }
-            return Err("interrupted".into());
-        }
         // A host process that exits early (its sessions were cut and it gave up) is restarted,
         // as a supervisor would; one that exits after the end has finished.
         for h in &mut hosts {
@@ -422,8 +475,11 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
-            reconnected(&mut admin, &url).await;
-            progress(&admin, &tag, &group, &hosts, due, end, &report).await;
+            let _ = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
+                progress(admin, &tag, &group, &hosts, due, end, &report).await;
+                Ok(())
+            })
+            .await;
         }
         if let Some(pair) = ha.as_mut().filter(|_| failover_watch.is_none() && SystemTime::now() >= fail_at) {
             println!("  killing the primary ({})", pair.engine().name());
@@ -449,8 +505,8 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
         if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
             next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
-            reconnected(&mut admin, &url).await;
-            if let Err(e) = chaos_step(&admin, &group, &mut hosts, &mut rng, &mut report).await {
+            let step = async |admin: &Client| chaos_step(admin, &group, &mut hosts, &mut rng, &mut report).await;
+            if let Err(e) = bounded(&mut admin, &url, CALL_TIMEOUT, step).await {
                 println!("  chaos step skipped: {e}");
             }
         }
@@ -464,14 +520,24 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         };
         report.database_failover = Some((pair.engine().name(), watched));
     }
-    reconnected(&mut admin, &url).await;
     // The fleet's tasks go with it (their pending firings too); the history stays.
-    for spec in base.task_specs() {
-        let _ = rendezvous_client::schedule::unschedule_task(&admin, &spec.task_id).await;
+    let specs = base.task_specs();
+    let unscheduled = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
+        for spec in &specs {
+            rendezvous_client::schedule::unschedule_task(admin, &spec.task_id).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(e) = unscheduled {
+        println!("  controller: the fleet's tasks stay scheduled ({e})");
     }
-    finish(&admin, &tag, end, &mut report).await?;
+    // The report's reads: bounded more generously (they scan the run's history).
+    bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| finish(admin, &tag, end, &mut report).await).await?;
     let acknowledged = crate::ledger::read(&ledgers)?;
-    report.lost_after_failover = crate::ledger::lost(&admin, &acknowledged, &group).await?;
+    report.lost_after_failover =
+        bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| crate::ledger::lost(admin, &acknowledged, &group).await)
+            .await?;
     report.split_brain_epochs = report.split_brain_epochs.max(crate::ledger::epochs_led_twice(&acknowledged));
     // Terms the hosts saw themselves win (epochs jump to (timeline - 1) << 32 at a promotion,
     // so the highest epoch does not count them).
@@ -483,7 +549,8 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("rendezvous-{tag}-timeline.svg")));
     let hosts: Vec<String> = hosts.iter().map(|h| h.plan.host_id.clone()).collect();
-    report.timeline = match timeline_data(&admin, &tag, hosts, &report).await {
+    let timeline = async |admin: &Client| timeline_data(admin, &tag, hosts, &report).await;
+    report.timeline = match bounded(&mut admin, &url, REPORT_TIMEOUT, timeline).await {
         Ok(t) => crate::timeline::write(&path, &t).map(|()| path),
         Err(e) => Err(e),
     };

@@ -256,15 +256,27 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
                 ledger.record(format_args!("term {epoch}"));
             }
             if writer.is_closed() {
-                writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
+                writer = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url))
+                    .await
+                    .map_err(|_| format!("cannot connect: no answer within {CALL_TIMEOUT:?}"))?
+                    .map_err(e)?;
             }
             // Each action's own id (microseconds since the epoch: unique for one host).
             let action_id = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64;
-            if leader_action(&mut writer, &plan, epoch, action_id).await {
-                ledger.record(format_args!("action {epoch} {action_id}"));
+            // Bounded, like every call of the client's own pieces: a commit on a primary cut off
+            // from its synchronous standby never returns; the connection is then given up.
+            match tokio::time::timeout(CALL_TIMEOUT, leader_action(&mut writer, &plan, epoch, action_id)).await {
+                Ok(true) => ledger.record(format_args!("action {epoch} {action_id}")),
+                Ok(false) => {}
+                Err(_) => {
+                    if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await {
+                        writer = fresh;
+                    }
+                }
             }
         }
-        if SystemTime::now() >= plan.end() && (all_done(&writer, &plan, expected).await || late(&plan)) {
+        let done = async { tokio::time::timeout(CALL_TIMEOUT, all_done(&writer, &plan, expected)).await.unwrap_or(false) };
+        if SystemTime::now() >= plan.end() && (late(&plan) || done.await) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -273,6 +285,9 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     elector.shutdown().await.map_err(e)?;
     Ok(())
 }
+
+/// How long the host waits for one call on its own connection.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Past the end by more than 20 s: stop whatever is left (the report shows it).
 fn late(plan: &HostPlan) -> bool {

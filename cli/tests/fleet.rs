@@ -418,3 +418,95 @@ fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_l
     assert!(report.contains("(epochs with two leaders acting: 0)"), "{report}");
     assert_eq!(figure(&report, "executed twice"), 0, "{report}");
 }
+
+/// The controller honours SIGTERM at every step, a call waiting on a primary that cannot commit
+/// included: once the run's tasks are to be unscheduled, the fleet's own cluster is made to
+/// wait for a synchronous standby that never comes; the controller's commit waits, and SIGTERM
+/// still ends the fleet within seconds (it used to wait for the standby forever, signals
+/// unheard), its hosts and its cluster with it.
+#[test]
+fn the_controller_stops_on_sigterm_while_its_primary_cannot_commit() {
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    let mut fleet = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["fleet", "--hosts", "2", "--duration", "4", "--tasks", "2"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let lines = std::io::BufReader::new(fleet.stdout.take().unwrap()).lines();
+    let mut fleet = Reap(fleet);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut seen = String::new();
+    let mut next_line = |within: Duration| {
+        let line = rx.recv_timeout(within).unwrap_or_else(|_| panic!("the fleet said nothing more:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        line
+    };
+    let url = loop {
+        let line = next_line(Duration::from_secs(60));
+        if let Some(rest) = line.trim().strip_prefix("database: ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    while !next_line(Duration::from_secs(60)).starts_with("fleet fleet") {}
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let admin = rendezvous_client::connect(url.as_str()).await.unwrap();
+        for statement in [
+            "SET synchronous_commit = local",
+            "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+            "SELECT pg_reload_conf()",
+        ] {
+            admin.batch_execute(statement).await.unwrap();
+        }
+        // The hosts give up at the end of the run, and the controller's unscheduling of the
+        // run's tasks waits (for the standby, or for rows whose commits wait for it).
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let waiting: i64 = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rendezvous fleet controller' AND state = 'active' AND wait_event IS NOT NULL AND query LIKE '%unschedule_task%'",
+                    &[],
+                )
+                .await
+                .unwrap_or_else(|e| {
+                    let rest: Vec<String> = rx.try_iter().collect();
+                    panic!("{e:?}\n{seen}{}", rest.join("\n"))
+                })
+                .get(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the controller never waited on a commit");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let pid = fleet.0.id() as libc::pid_t;
+    // SAFETY: kill(2) of our own child, not yet reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = fleet.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(signalled.elapsed() < Duration::from_secs(8), "SIGTERM went unheard while a commit waited");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "an interrupted fleet does not pass");
+    // Its cluster went with it.
+    let gone = rt.block_on(rendezvous_client::connect(url.as_str()));
+    assert!(gone.is_err(), "the fleet's cluster is still up after SIGTERM");
+}
