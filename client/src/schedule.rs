@@ -116,7 +116,10 @@ pub struct TaskSpec {
     pub catch_up: CatchUp,
     /// How far back [`CatchUp::All`] and [`CatchUp::Skip`] reach. Default 1 hour.
     pub catch_up_window: Duration,
-    /// The lease of each claim (renewed while the handler runs). Default 5 min.
+    /// The lease of each claim: how long a live but silent holder (a stopped process, a
+    /// partition) keeps a firing from others. Renewed every third of it while the handler
+    /// runs, and the claim also ends with the holder's session, so it need not cover the
+    /// work. Default 30 s (see operations.md, "Choosing a lease").
     pub lease: Duration,
     /// Failed attempts before a firing is failed for good. Default 3.
     pub max_attempts: i32,
@@ -134,7 +137,7 @@ impl TaskSpec {
             overlap: Overlap::default(),
             catch_up: CatchUp::default(),
             catch_up_window: Duration::from_secs(3600),
-            lease: Duration::from_secs(300),
+            lease: Duration::from_secs(30),
             max_attempts: 3,
             retry_backoff: Duration::from_secs(10),
         }

@@ -67,7 +67,7 @@ CREATE FUNCTION rendezvous.claim_firing(
     task_id text,
     fire_at timestamptz,
     host_id text,
-    lease   interval DEFAULT '5 min'
+    lease   interval DEFAULT '30 seconds'
 ) RETURNS rendezvous.firing_claim
 LANGUAGE c VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -90,7 +90,7 @@ CREATE FUNCTION rendezvous.claim_firings(
     task_ids text[],
     fire_ats timestamptz[],
     host_id  text,
-    lease    interval DEFAULT '5 min'
+    lease    interval DEFAULT '30 seconds'
 ) RETURNS TABLE (ord integer, claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -224,7 +224,7 @@ AS 'MODULE_PATHNAME', 'rendezvous_complete_firing';
 COMMENT ON FUNCTION rendezvous.complete_firing(text, timestamptz, bigint) IS
     'Marks the firing done if token is its current claim (repeating it is harmless); false for a stale token.';
 
-CREATE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '5 min')
+CREATE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token bigint, lease interval DEFAULT '30 seconds')
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp

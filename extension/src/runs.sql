@@ -76,7 +76,7 @@ DECLARE
     weights double precision[];
     candidates refcursor;
     next_run bigint;
-    picked bigint[] := '{}';
+    picked bigint[] := '{}'::bigint[];
     claimed integer;
 BEGIN
     PERFORM rendezvous._check_host_id(claim_runs.host_id);

@@ -83,7 +83,7 @@ CREATE FUNCTION rendezvous.schedule_task(
     overlap         text DEFAULT 'skip',
     catch_up        text DEFAULT 'latest',
     catch_up_window interval DEFAULT '1 hour',
-    lease           interval DEFAULT '5 min',
+    lease           interval DEFAULT '30 seconds',
     max_attempts    integer DEFAULT 3,
     retry_backoff   interval DEFAULT '10 seconds'
 ) RETURNS timestamptz

@@ -61,7 +61,7 @@ CREATE ROLE rendezvous_regress_firer LOGIN;
 GRANT rendezvous_host TO rendezvous_regress_firer;
 SET ROLE rendezvous_regress_firer;
 SELECT claimed, holder, token FROM rendezvous.claim_firing('as-host', '2026-11-29 00:00+00', 'host-h');
-SELECT ord, claimed, completed, lease_remaining > interval '4 min' AS leased
+SELECT ord, claimed, completed, lease_remaining > interval '20 seconds' AS leased
   FROM rendezvous.firing_states(ARRAY['as-host', 'never'], ARRAY['2026-11-29 00:00+00', '2026-11-29 00:00+00']::timestamptz[]);
 SELECT rendezvous.complete_firing('as-host', '2026-11-29 00:00+00', 1);
 SELECT ord, claimed, completed FROM rendezvous.firing_states(ARRAY['as-host'], ARRAY['2026-11-29 00:00+00']::timestamptz[]);
