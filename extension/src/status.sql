@@ -83,7 +83,12 @@ COMMENT ON VIEW rendezvous.status_run_queue IS
     'Per workflow_ref: runs pending (runnable now), running, and how long the oldest runnable run has waited.';
 
 -- Whether failover can lose what was acknowledged: standbys streaming from this server, how
--- many of them are synchronous, and a warning when some are but none is (docs/guarantees.md).
+-- many of them are synchronous, and warnings (docs/guarantees.md): this server is a standby;
+-- no standby at all; standbys but none synchronous; synchronous_commit off or local where
+-- hosts' commits would be made (this session, the configured default, any role or database
+-- setting; a session's own SET cannot be seen); leader epochs from a later timeline than this
+-- server's (its history is not the one they came from: restored elsewhere, or pg_upgraded,
+-- which restarts the timeline at 1).
 CREATE FUNCTION rendezvous.replication_status()
 RETURNS TABLE (in_recovery boolean, standbys integer, synchronous integer, synchronous_standby_names text,
                synchronous_commit text, warning text)
@@ -91,19 +96,43 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT r.in_recovery, r.standbys, r.synchronous, r.names, r.commit_mode,
-           CASE WHEN r.in_recovery THEN
-                    'this server is a standby: leadership and firing claims need the primary'
-                WHEN r.standbys > 0 AND r.synchronous = 0 THEN
-                    'standbys exist but none is synchronous: after a failover to one, acknowledged runs and completions can be lost'
-                WHEN r.synchronous > 0 AND r.commit_mode IN ('off', 'local') THEN
-                    'synchronous_commit is ' || r.commit_mode || ': commits do not wait for the synchronous standby'
-           END
-      FROM (SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
-                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication) AS standbys,
-                   (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication
-                     WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
-                   pg_catalog.current_setting('synchronous_standby_names') AS names,
-                   pg_catalog.current_setting('synchronous_commit') AS commit_mode) r
+           nullif(concat_ws('; ',
+               CASE WHEN r.in_recovery THEN
+                   'this server is a standby: leadership and firing claims need the primary' END,
+               CASE WHEN NOT r.in_recovery AND r.standbys = 0 THEN
+                   'no standby streams from this server: what it acknowledged is lost with it, and a failover to an older copy can repeat fencing numbers' END,
+               CASE WHEN r.standbys > 0 AND r.synchronous = 0 THEN
+                   'standbys exist but none is synchronous: after a failover to one, acknowledged runs and completions can be lost' END,
+               CASE WHEN r.synchronous > 0 AND r.weak IS NOT NULL THEN
+                   'synchronous_commit is off or local for ' || r.weak || ': those commits do not wait for the synchronous standby' END,
+               CASE WHEN r.top_epoch_timeline > r.timeline THEN
+                   'leader epochs come from timeline ' || r.top_epoch_timeline || ' or later, this server is on timeline '
+                   || r.timeline || ': its history is not the one they came from (restored, or upgraded with pg_upgrade?), '
+                   || 'and until its timeline passes theirs a failover''s floor can be below numbers already handed out' END
+           ), '')
+      FROM (SELECT s.*,
+                   -- Where commits would not wait for a synchronous standby.
+                   (SELECT string_agg(w.place, ', ')
+                      FROM (SELECT 'this session' AS place WHERE s.commit_mode IN ('off', 'local')
+                            UNION ALL
+                            SELECT 'the configured default' FROM pg_catalog.pg_settings p
+                             WHERE p.name = 'synchronous_commit' AND p.reset_val IN ('off', 'local')
+                            UNION ALL
+                            SELECT concat_ws(' in ', 'role ' || ro.rolname, 'database ' || d.datname)
+                              FROM pg_catalog.pg_db_role_setting rs
+                              LEFT JOIN pg_catalog.pg_roles ro ON ro.oid = rs.setrole
+                              LEFT JOIN pg_catalog.pg_database d ON d.oid = rs.setdatabase
+                             WHERE rs.setconfig OPERATOR(pg_catalog.&&)
+                                   ARRAY['synchronous_commit=off', 'synchronous_commit=local']) w) AS weak,
+                   -- A number handed out on timeline t is at least (t - 1) << 32.
+                   CASE WHEN NOT s.in_recovery THEN (rendezvous._fence_floor() >> 32) + 1 END AS timeline,
+                   (SELECT (max(l.epoch) >> 32) + 1 FROM rendezvous.leaders l) AS top_epoch_timeline
+              FROM (SELECT pg_catalog.pg_is_in_recovery() AS in_recovery,
+                           (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication) AS standbys,
+                           (SELECT count(*)::integer FROM pg_catalog.pg_stat_replication
+                             WHERE sync_state IN ('sync', 'quorum')) AS synchronous,
+                           pg_catalog.current_setting('synchronous_standby_names') AS names,
+                           pg_catalog.current_setting('synchronous_commit') AS commit_mode) s) r
 $$;
 COMMENT ON FUNCTION rendezvous.replication_status() IS
-    'Standbys streaming from this server, how many are synchronous, the synchronous settings, and a warning when a failover could lose acknowledged runs and completions (standbys, none synchronous) or this server is a standby.';
+    'Standbys streaming from this server, how many are synchronous, the synchronous settings, and warnings when a failover could lose what was acknowledged or repeat fencing numbers: this server is a standby; no standby; standbys, none synchronous; synchronous_commit off or local for this session, the configured default, or a role or database; leader epochs from a later timeline than this server''s.';

@@ -133,3 +133,14 @@ SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
 SELECT is_leader, leader, epoch FROM rendezvous.try_lead('ops', 'host-a');
 SELECT rendezvous.resign('ops');
 DELETE FROM rendezvous.leaders;
+
+-- Where the fence stops: replication_status() warns when nothing streams from this server, and
+-- when leader epochs come from a later timeline than this server's (a restore elsewhere, or
+-- pg_upgrade, which restarts the timeline at 1): a failover's floor could then be below them.
+SELECT in_recovery, standbys, synchronous, warning FROM rendezvous.replication_status();
+INSERT INTO rendezvous.leaders (group_name, epoch) VALUES ('from-timeline-3', (2::bigint << 32) + 5);
+SELECT warning FROM rendezvous.replication_status();
+SET ROLE rendezvous_observer;
+SELECT standbys, warning IS NOT NULL AS warned FROM rendezvous.replication_status();
+RESET ROLE;
+DELETE FROM rendezvous.leaders;

@@ -100,6 +100,27 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
         .unwrap();
     assert_eq!((row.get::<_, i32>(0), row.get::<_, i32>(1)), (1, 0));
     assert!(row.get::<_, String>(2).contains("none is synchronous"));
+    // Made synchronous, it still warns where commits would not wait for the standby: a role
+    // whose setting turns synchronous_commit to local (a host connecting as it).
+    for statement in [
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        "SELECT pg_reload_conf()",
+        "CREATE ROLE rendezvous_lax_host",
+        "ALTER ROLE rendezvous_lax_host SET synchronous_commit = local",
+    ] {
+        p.batch_execute(statement).await.unwrap();
+    }
+    wait_until(&p, "SELECT synchronous = 1 FROM rendezvous.replication_status()").await;
+    let warning: String =
+        p.query_one("SELECT warning FROM rendezvous.replication_status()", &[]).await.unwrap().get(0);
+    assert!(warning.contains("synchronous_commit is off or local for role rendezvous_lax_host"), "{warning}");
+    assert!(!warning.contains("none is synchronous"), "{warning}");
+    for statement in
+        ["DROP ROLE rendezvous_lax_host", "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"]
+    {
+        p.batch_execute(statement).await.unwrap();
+    }
+    wait_until(&p, "SELECT synchronous = 0 FROM rendezvous.replication_status()").await;
     let warning: String =
         s.query_one("SELECT warning FROM rendezvous.replication_status()", &[]).await.unwrap().get(0);
     assert!(warning.contains("standby"), "{warning}");
