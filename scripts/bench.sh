@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|replication ...]   (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|takeover|replication ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,7 +12,7 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs replication)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs takeover replication)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
   # `replication` runs fleets on throwaway pairs of its own (scripts/bench_replication.sh).

@@ -28,7 +28,7 @@ fi
 # baseline; chromium: the dashboard test (headless); fonts-dejavu-core: the fleet timeline's labels;
 # pg_auto_failover (monitor extension and pg_autoctl): `rendezvous fleet --ha` and its test.
 for p in libclang-dev clang pkg-config libssl-dev build-essential sudo pgbouncer postgresql-$PG_MAJOR-plpgsql-check \
-         postgresql-$PG_MAJOR-cron chromium fonts-dejavu-core postgresql-$PG_MAJOR-auto-failover pg-auto-failover-cli \
+         postgresql-$PG_MAJOR-cron chromium fonts-dejavu-core iptables postgresql-$PG_MAJOR-auto-failover pg-auto-failover-cli \
          curl unzip patchelf ca-certificates libxml2 libicu72 liblz4-1 libzstd1 libssl3 libgssapi-krb5-2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
 done

@@ -5,8 +5,8 @@
 //! Run: `scripts/bench.sh firing`, or `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-tests --bench firing`.
 use std::time::{Duration, Instant, SystemTime};
 
-use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
+use rendezvous_client::Clock;
 use rendezvous_client::Firing;
 use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 

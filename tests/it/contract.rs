@@ -173,10 +173,13 @@ async fn client_and_sql_accept_and_refuse_the_same_firing_keys() {
     let err = client.query_one("SELECT rendezvous.firing_key($1, $2)", &[&"t", &end]).await.unwrap_err();
     assert!(err.code().is_some(), "{err}");
     // The dispatcher refuses a batch with a BC firing before claiming anything.
-    let dispatcher =
-        rendezvous_tests::dispatch::Dispatcher::connect(&db.url, "h", rendezvous_tests::dispatch::DispatcherOptions::default())
-            .await
-            .unwrap();
+    let dispatcher = rendezvous_tests::dispatch::Dispatcher::connect(
+        &db.url,
+        "h",
+        rendezvous_tests::dispatch::DispatcherOptions::default(),
+    )
+    .await
+    .unwrap();
     let due = [
         rendezvous_client::Firing::new("ok", UNIX_EPOCH),
         rendezvous_client::Firing::new("bc", first_ad - us(1)),

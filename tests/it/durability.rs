@@ -115,9 +115,11 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
         p.query_one("SELECT warning FROM rendezvous.replication_status()", &[]).await.unwrap().get(0);
     assert!(warning.contains("synchronous_commit is off or local for role rendezvous_lax_host"), "{warning}");
     assert!(!warning.contains("none is synchronous"), "{warning}");
-    for statement in
-        ["DROP ROLE rendezvous_lax_host", "ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"]
-    {
+    for statement in [
+        "DROP ROLE rendezvous_lax_host",
+        "ALTER SYSTEM RESET synchronous_standby_names",
+        "SELECT pg_reload_conf()",
+    ] {
         p.batch_execute(statement).await.unwrap();
     }
     wait_until(&p, "SELECT synchronous = 0 FROM rendezvous.replication_status()").await;

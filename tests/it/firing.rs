@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::{Rng, SeedableRng};
 use rendezvous_client::firing::{assert_firing, claim_firing};
-use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
+use rendezvous_client::Clock;
 use rendezvous_client::Firing;
 use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 use rendezvous_tests::{wait_for_count, TestDb};

@@ -4,9 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use rendezvous_client::hrw::HostSet;
-use rendezvous_client::{
-    leader, membership, spawn_run, Firing, LeaderElector, LeaderOptions,
-};
+use rendezvous_client::{leader, membership, spawn_run, Firing, LeaderElector, LeaderOptions};
 use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 use rendezvous_tests::TestDb;
 use tokio_postgres::error::SqlState;

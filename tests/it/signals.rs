@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rendezvous_client::{
-    hrw, membership, signals, spawn_run, Job, LeaderElector, LeaderOptions, Scheduler, SchedulerOptions, TaskSpec,
+    hrw, membership, signals, spawn_run, Job, LeaderElector, LeaderOptions, Scheduler, SchedulerOptions,
+    TaskSpec,
 };
 use rendezvous_tests::TestDb;
 
@@ -110,7 +111,9 @@ async fn the_client_reports_admissions_terms_firings_and_live_hosts() {
     // Firings of a scheduled task, run by the work runtime.
     let scheduler = Scheduler::builder(&db.url, "h1")
         .options(SchedulerOptions::default().with_poll(Duration::from_millis(100)))
-        .task(TaskSpec::every("sig", Duration::from_secs(1)), |_job: Job| async { Ok::<(), std::io::Error>(()) })
+        .task(TaskSpec::every("sig", Duration::from_secs(1)), |_job: Job| async {
+            Ok::<(), std::io::Error>(())
+        })
         .start()
         .await
         .unwrap();

@@ -185,7 +185,8 @@ impl Dispatcher {
         if options.lease.is_zero() || options.max_in_flight == 0 || options.poll.is_zero() {
             return Err(Error::InvalidArgument("lease, poll and max_in_flight must be > 0".into()));
         }
-        let client = rendezvous_client::connect_as(database, &format!("rendezvous dispatcher {host_id}")).await?;
+        let client =
+            rendezvous_client::connect_as(database, &format!("rendezvous dispatcher {host_id}")).await?;
         rendezvous_client::check_extension(&client).await?;
         Ok(Dispatcher { client, host_id: host_id.to_owned(), options })
     }
@@ -205,7 +206,8 @@ impl Dispatcher {
             Clock::Local(f) => f.clone(),
             Clock::Database => {
                 let before = SystemTime::now();
-                let db: SystemTime = self.client.query_one("SELECT pg_catalog.clock_timestamp()", &[]).await?.get(0);
+                let db: SystemTime =
+                    self.client.query_one("SELECT pg_catalog.clock_timestamp()", &[]).await?.get(0);
                 let rtt = before.elapsed().unwrap_or_default();
                 let local_mid = before + rtt / 2;
                 match db.duration_since(local_mid) {
@@ -285,9 +287,7 @@ impl Dispatcher {
             let mut won = Vec::new();
             for (p, claim) in to_claim.into_iter().zip(claims) {
                 match claim {
-                    Some(FiringClaim { claimed: true, token: Some(token), .. }) => {
-                        won.push((p, token))
-                    }
+                    Some(FiringClaim { claimed: true, token: Some(token), .. }) => won.push((p, token)),
                     Some(c) => {
                         // Lost to a live holder, already done, or not yet due by the database
                         // clock (no holder; a host whose clock runs fast asked early).
@@ -390,7 +390,9 @@ impl Dispatcher {
                 ticker.tick().await;
                 match renew_firing(&self.client, firing, token, self.options.lease).await {
                     Ok(Some(_)) => {}
-                    Ok(None) => eprintln!("{key} (token {token}): lease lost while running: another host took over"),
+                    Ok(None) => {
+                        eprintln!("{key} (token {token}): lease lost while running: another host took over")
+                    }
                     Err(e) => return e,
                 }
             }
@@ -414,4 +416,3 @@ enum Status {
     Held { remaining: Duration },
     Done,
 }
-

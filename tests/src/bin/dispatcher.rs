@@ -6,8 +6,8 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use rendezvous_client::firing::{assert_firing, complete_firing};
-use rendezvous_client::Clock;
 use rendezvous_client::hrw::HostSet;
+use rendezvous_client::Clock;
 use rendezvous_client::Firing;
 use rendezvous_tests::dispatch::{Dispatcher, DispatcherOptions};
 
