@@ -539,6 +539,12 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
         bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| crate::ledger::lost(admin, &acknowledged, &group).await)
             .await?;
     report.split_brain_epochs = report.split_brain_epochs.max(crate::ledger::epochs_led_twice(&acknowledged));
+    // The database counts what it kept; after a failover that lost commits, the ledgers know
+    // more (the promoted database holds only one of two runs of a key).
+    let twice = crate::ledger::twice(&acknowledged);
+    report.executed_twice = report.executed_twice.max(twice.firings);
+    report.keys_with_two_runs = report.keys_with_two_runs.max(twice.keys_with_two_runs);
+    report.runs_executed_twice = report.runs_executed_twice.max(twice.runs);
     // Terms the hosts saw themselves win (epochs jump to (timeline - 1) << 32 at a promotion,
     // so the highest epoch does not count them).
     report.leader_terms =
@@ -833,7 +839,7 @@ pub fn print_report(r: &Report) {
     println!("firings due              {}", r.due);
     println!("firings completed        {}", r.completed);
     println!(
-        "executed twice           {}   (effects written with the completion, per firing)",
+        "executed twice           {}   (effects written with the completion, per firing; the database and the hosts' ledgers)",
         r.executed_twice
     );
     println!("lost                     {}", r.lost);

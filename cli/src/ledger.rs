@@ -129,6 +129,46 @@ pub fn read(dir: &Path) -> Result<Acknowledged, String> {
     Ok(all)
 }
 
+/// What the ledgers say happened twice, whatever the database kept: after a failover that lost
+/// commits, the promoted database holds one of two runs of a key, or one completion of a
+/// firing run twice, and counting in it finds nothing.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Twice {
+    /// Firing keys completed (effect and completion acknowledged) under two tokens or more.
+    pub firings: i64,
+    /// Dispatch keys admitted as two runs or more.
+    pub keys_with_two_runs: i64,
+    /// Dispatch keys whose runs were completed twice or more (one run twice, or two runs).
+    pub runs: i64,
+}
+
+/// Counts [`Twice`] in the ledgers.
+pub fn twice(acked: &Acknowledged) -> Twice {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut tokens = BTreeMap::<&str, BTreeSet<i64>>::new();
+    for (key, token) in &acked.completions {
+        tokens.entry(key).or_default().insert(*token);
+    }
+    let mut runs_of = BTreeMap::<&str, BTreeSet<i64>>::new();
+    let mut key_of = BTreeMap::<i64, &str>::new();
+    for (key, run_id) in &acked.runs {
+        runs_of.entry(key).or_default().insert(*run_id);
+        key_of.insert(*run_id, key);
+    }
+    let mut completions_of = BTreeMap::<&str, BTreeSet<(i64, i64)>>::new();
+    for (run_id, token) in &acked.run_completions {
+        if let Some(key) = key_of.get(run_id) {
+            completions_of.entry(key).or_default().insert((*run_id, *token));
+        }
+    }
+    let more_than_one = |n: usize| n > 1;
+    Twice {
+        firings: tokens.values().filter(|t| more_than_one(t.len())).count() as i64,
+        keys_with_two_runs: runs_of.values().filter(|r| more_than_one(r.len())).count() as i64,
+        runs: completions_of.values().filter(|c| more_than_one(c.len())).count() as i64,
+    }
+}
+
 /// Epochs two hosts' ledgers both say they led in.
 pub fn epochs_led_twice(acked: &Acknowledged) -> i64 {
     let mut by_epoch = std::collections::BTreeMap::<i64, std::collections::BTreeSet<&str>>::new();
@@ -232,5 +272,19 @@ mod tests {
         std::fs::write(path(&dir, "host-2"), "action 3\n").unwrap();
         assert!(read(&dir).unwrap_err().contains("unreadable line"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn twice_counts_what_the_database_may_have_lost() {
+        let acked = Acknowledged {
+            // Key a admitted twice (the first run lost in a failover), both runs completed; key b once.
+            runs: vec![("a".into(), 1), ("a".into(), 2), ("b".into(), 3), ("a".into(), 1)],
+            run_completions: vec![(1, 1), (2, 1), (3, 1), (3, 1)],
+            // Firing f completed under tokens 1 and 2 (run again after the loss); g once (logged twice).
+            completions: vec![("f".into(), 1), ("f".into(), 2), ("g".into(), 1), ("g".into(), 1)],
+            ..Acknowledged::default()
+        };
+        assert_eq!(twice(&acked), Twice { firings: 1, keys_with_two_runs: 1, runs: 1 });
+        assert_eq!(twice(&Acknowledged::default()), Twice::default());
     }
 }

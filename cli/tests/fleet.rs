@@ -416,7 +416,8 @@ fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_l
     assert_eq!(code, Some(1), "an asynchronous failover that lost work must fail: {report}");
     assert!(figure(&report, "lost after failover") > 0, "{report}");
     assert!(report.contains("(epochs with two leaders acting: 0)"), "{report}");
-    assert_eq!(figure(&report, "executed twice"), 0, "{report}");
+    // What it lost may have run again: the report counts that from the hosts' ledgers too (the
+    // promoted database kept only one of the two), so it is not asserted to be 0 here.
 }
 
 /// The controller honours SIGTERM at every step, a call waiting on a primary that cannot commit

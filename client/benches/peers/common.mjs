@@ -98,7 +98,9 @@ async function pickup(peer, admin, driver) {
   while ((await peer.remaining(admin)) > 0 && performance.now() < deadline) await sleep(20);
   const starts = new Map(await fleet.stop());
   const latencies = [];
-  for (const [id, at] of added) if (starts.has(id)) latencies.push(starts.get(id) - at);
+  // A handler can start before the add's acknowledgement reaches the producer (the NOTIFY goes out
+  // at commit): that counts as 0, as runs.rs's saturating difference does.
+  for (const [id, at] of added) if (starts.has(id)) latencies.push(Math.max(0, starts.get(id) - at));
   latencies.sort((a, b) => a - b);
   // The same percentile as runs.rs: the element at floor(n·p).
   const pct = (p) => latencies[Math.min(Math.floor(latencies.length * p), latencies.length - 1)];
