@@ -48,6 +48,8 @@ on_cluster() {
     if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench_admission_pgbench.sh"; fi
     # Runs beside the plain-SQL floor of a worker loop.
     if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench_runs_pgbench.sh"; fi
+    # And beside the peers on PostgreSQL, graphile-worker and pg-boss.
+    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench_runs_peers.sh"; fi
   done
 }
 

@@ -73,7 +73,12 @@ ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
 struct Host {
     plan: HostPlan,
     child: Option<Child>,
+    /// Stopped with SIGSTOP (a hung host).
     stopped: bool,
+    /// Cut off by a silent partition.
+    partition: Option<crate::partition::Partition>,
+    /// Since when it has been stopped or cut off.
+    silent_since: Option<Instant>,
     /// When the process was last started.
     started: Instant,
     /// A restart waiting for its backoff to pass.
@@ -212,6 +217,9 @@ pub struct Report {
     pub leader_terms: i64,
     /// Failover latencies measured after killing the leader.
     pub failovers: Vec<Duration>,
+    /// Per chaos fault and kind of work (leader, firing, run): the time from the fault to
+    /// what the faulted host held being held again by a live host, one entry per piece.
+    pub takeovers: BTreeMap<(&'static str, &'static str), Vec<Duration>>,
     /// Chaos events by kind.
     pub chaos: BTreeMap<&'static str, u32>,
     /// Each chaos act: when, a short name, on which host (for the timeline).
@@ -248,6 +256,7 @@ impl Default for Report {
             lost_after_failover: crate::ledger::Lost::default(),
             leader_terms: 0,
             failovers: Vec::new(),
+            takeovers: BTreeMap::new(),
             chaos: BTreeMap::new(),
             chaos_acts: Vec::new(),
             timeline: Err("not drawn".into()),
@@ -410,6 +419,8 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
             },
             child: None,
             stopped: false,
+            partition: None,
+            silent_since: None,
             started: Instant::now(),
             restart_at: None,
             quick_exits: 0,
@@ -427,6 +438,7 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
     // With --ha, the primary dies halfway through the firings.
     let fail_at = end - o.duration / 2;
     let mut failover_watch = None;
+    let takeovers = Takeovers::default();
     loop {
         // A host process that exits early (its sessions were cut and it gave up) is restarted,
         // as a supervisor would; one that exits after the end has finished.
@@ -451,14 +463,9 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
                 }
             }
         }
-        // Past the end, no host stays paused: it must finish its part and stop.
+        // Past the end, no host stays paused or cut off: it must finish its part and stop.
         if SystemTime::now() >= end {
-            for h in hosts.iter_mut().filter(|h| h.stopped) {
-                if let Some(c) = &h.child {
-                    signal(c, "CONT");
-                }
-                h.stopped = false;
-            }
+            wake(&mut hosts, None);
         }
         let alive = hosts.iter().filter(|h| h.child.is_some()).count();
         if alive == 0 && SystemTime::now() >= end {
@@ -505,7 +512,9 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
         }
         if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
             next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
-            let step = async |admin: &Client| chaos_step(admin, &group, &mut hosts, &mut rng, &mut report).await;
+            let step = async |admin: &Client| {
+                chaos_step(admin, &url, &group, &tag, &mut hosts, &mut rng, &mut report, &takeovers).await
+            };
             if let Err(e) = bounded(&mut admin, &url, CALL_TIMEOUT, step).await {
                 println!("  chaos step skipped: {e}");
             }
@@ -520,6 +529,7 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
         };
         report.database_failover = Some((pair.engine().name(), watched));
     }
+    report.takeovers = takeovers.lock().expect("takeovers lock").clone();
     // The fleet's tasks go with it (their pending firings too); the history stays.
     let specs = base.task_specs();
     let unscheduled = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
@@ -593,35 +603,164 @@ async fn progress(
     );
 }
 
+/// How long a hung host stays stopped, and a partitioned one cut off: longer than every lease
+/// the hosts use (tasks 2 s, runs 3 s, a leader's 1 s plus the next candidate's 1 s grace), so
+/// its work is taken over while it is silent.
+const SILENT_FOR: Duration = Duration::from_secs(4);
+
+/// Takeover times by fault and kind of work (leader, firing, run), filled by watchers.
+type Takeovers = std::sync::Arc<std::sync::Mutex<BTreeMap<(&'static str, &'static str), Vec<Duration>>>>;
+
+/// What a host holds when it is faulted: its group's epoch if it leads, its firings' keys and
+/// tokens, its runs' ids and attempts.
+#[derive(Debug, Default)]
+struct Held {
+    leader_epoch: Option<i64>,
+    firings: Vec<(String, i64)>,
+    runs: Vec<(i64, i32)>,
+}
+
+async fn held_by(admin: &Client, host: &str, leader: &rendezvous_client::leader::CurrentLeader) -> Result<Held, String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    let firings = admin
+        .query(
+            "SELECT firing_key, token FROM rendezvous.status_firings WHERE holder = $1 AND state = 'running'",
+            &[&host],
+        )
+        .await
+        .map_err(e)?;
+    let runs = admin
+        .query("SELECT run_id, attempts FROM rendezvous.status_runs WHERE holder = $1 AND state = 'running'", &[&host])
+        .await
+        .map_err(e)?;
+    Ok(Held {
+        leader_epoch: (leader.leader.as_deref() == Some(host)).then_some(leader.epoch),
+        firings: firings.iter().map(|r| (r.get(0), r.get(1))).collect(),
+        runs: runs.iter().map(|r| (r.get(0), r.get(1))).collect(),
+    })
+}
+
+/// Watches what a faulted host held until each piece is held again (a new term; a firing
+/// claimed with a higher token or completed; a run claimed again or finished), and records
+/// the time from the fault, per kind. Gives up after a minute.
+async fn watch_takeover(url: String, group: String, fault: &'static str, mut held: Held, at: Instant, into: Takeovers) {
+    let Ok(Ok(c)) =
+        tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url.as_str(), "rendezvous fleet watcher")).await
+    else {
+        return;
+    };
+    let record = |kind: &'static str, n: usize| {
+        let mut t = into.lock().expect("takeovers lock");
+        t.entry((fault, kind)).or_default().extend(std::iter::repeat_n(at.elapsed(), n));
+    };
+    while at.elapsed() < Duration::from_secs(60)
+        && (held.leader_epoch.is_some() || !held.firings.is_empty() || !held.runs.is_empty())
+    {
+        if let Some(epoch) = held.leader_epoch {
+            if let Ok(Ok(l)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::leader::leader(&c, &group)).await {
+                if l.epoch > epoch && l.leader.is_some() {
+                    record("leader", 1);
+                    held.leader_epoch = None;
+                }
+            }
+        }
+        if !held.firings.is_empty() {
+            let (keys, tokens): (Vec<&str>, Vec<i64>) = held.firings.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&keys, &tokens];
+            let again = c.query(
+                "SELECT f.firing_key FROM rendezvous.status_firings f
+                   JOIN unnest($1::text[], $2::int8[]) AS h(key, token) ON h.key = f.firing_key
+                  WHERE f.completed_at IS NOT NULL OR f.token > h.token",
+                &params,
+            );
+            if let Ok(Ok(rows)) = tokio::time::timeout(CALL_TIMEOUT, again).await {
+                let done: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+                record("firing", done.len());
+                held.firings.retain(|(k, _)| !done.contains(k));
+            }
+        }
+        if !held.runs.is_empty() {
+            let (ids, attempts): (Vec<i64>, Vec<i32>) = held.runs.iter().copied().unzip();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&ids, &attempts];
+            let again = c.query(
+                "SELECT r.run_id FROM rendezvous.status_runs r
+                   JOIN unnest($1::int8[], $2::int4[]) AS h(run_id, attempts) ON h.run_id = r.run_id
+                  WHERE r.state IN ('succeeded', 'failed', 'cancelled') OR r.attempts > h.attempts",
+                &params,
+            );
+            if let Ok(Ok(rows)) = tokio::time::timeout(CALL_TIMEOUT, again).await {
+                let done: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                record("run", done.len());
+                held.runs.retain(|(id, _)| !done.contains(id));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends every pause and partition (at the end of the run, or before the next act once a host
+/// has been silent for [`SILENT_FOR`]).
+fn wake(hosts: &mut [Host], only_after: Option<Duration>) {
+    for h in hosts.iter_mut() {
+        if h.silent_since.is_some_and(|t| only_after.is_none_or(|d| t.elapsed() >= d)) {
+            if h.stopped {
+                if let Some(c) = &h.child {
+                    signal(c, "CONT");
+                }
+                h.stopped = false;
+            }
+            if let Some(p) = h.partition.take() {
+                p.heal();
+            }
+            h.silent_since = None;
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn chaos_step(
     admin: &Client,
+    url: &str,
     group: &str,
+    tag: &str,
     hosts: &mut [Host],
     rng: &mut impl Rng,
     report: &mut Report,
+    takeovers: &Takeovers,
 ) -> Result<(), String> {
-    // Continue anyone paused before picking the next act.
-    for h in hosts.iter_mut().filter(|h| h.stopped) {
-        if let Some(c) = &h.child {
-            signal(c, "CONT");
-        }
-        h.stopped = false;
-    }
+    // Wake anyone silent long enough before picking the next act.
+    wake(hosts, Some(SILENT_FOR));
     let leader_now = rendezvous_client::leader::leader(admin, group).await.map_err(|e| e.to_string())?;
-    let i = rng.random_range(0..hosts.len());
-    match rng.random_range(0..4) {
+    // The next act's target: a host that is running and not silent already.
+    let candidates: Vec<usize> =
+        (0..hosts.len()).filter(|&i| hosts[i].child.is_some() && hosts[i].silent_since.is_none()).collect();
+    if candidates.is_empty() {
+        return Ok(());
+    }
+    let i = candidates[rng.random_range(0..candidates.len())];
+    let act = match rng.random_range(0..5) {
+        4 if !crate::partition::available() => 2,
+        a => a,
+    };
+    // What the target holds, watched from the fault on until it is held again.
+    let watch = |fault: &'static str, held: Held| {
+        tokio::spawn(watch_takeover(url.to_owned(), group.to_owned(), fault, held, Instant::now(), takeovers.clone()));
+    };
+    match act {
         0 => {
             // SIGKILL (prefer the leader, to measure failover), then restart it, misled.
             let target = leader_now
                 .leader
                 .as_ref()
-                .and_then(|l| hosts.iter().position(|h| &h.plan.host_id == l))
+                .and_then(|l| candidates.iter().copied().find(|&h| &hosts[h].plan.host_id == l))
                 .filter(|_| rng.random_bool(0.6))
                 .unwrap_or(i);
             let was_leader = leader_now.leader.as_deref() == Some(hosts[target].plan.host_id.as_str());
+            let held = held_by(admin, &hosts[target].plan.host_id, &leader_now).await?;
             if let Some(c) = &mut hosts[target].child {
                 let killed = Instant::now();
                 let _ = c.start_kill();
+                watch("SIGKILL", held);
                 let _ = c.wait().await;
                 report.record_act("SIGKILL", "SIGKILL, back with its clock off", &hosts[target].plan.host_id);
                 if was_leader {
@@ -646,15 +785,33 @@ async fn chaos_step(
             *report.chaos.entry("restart with a clock ±3 min off").or_default() += 1;
         }
         1 => {
-            // SIGSTOP: a stalled host whose leases expire under it; SIGCONT at the next step.
+            // SIGSTOP: a hung host, stopped longer than its leases; SIGCONT at a later step.
+            let held = held_by(admin, &hosts[i].plan.host_id, &leader_now).await?;
             if let Some(c) = &hosts[i].child {
                 signal(c, "STOP");
+                watch("SIGSTOP (hung host)", held);
                 hosts[i].stopped = true;
-                report.record_act("SIGSTOP/SIGCONT", "SIGSTOP", &hosts[i].plan.host_id);
+                hosts[i].silent_since = Some(Instant::now());
+                report.record_act("SIGSTOP (hung host)", "SIGSTOP", &hosts[i].plan.host_id);
+            }
+        }
+        4 => {
+            // A silent partition: every packet the host sends is dropped, without a reset; its
+            // sessions live on in the server, and it reconnects in vain until healed.
+            let held = held_by(admin, &hosts[i].plan.host_id, &leader_now).await?;
+            let pid = hosts[i].child.as_ref().and_then(|c| c.id());
+            if let Some(pid) = pid {
+                let name = format!("rendezvous-{tag}-{}", hosts[i].plan.host_id);
+                let cut = crate::partition::Partition::cut(pid, &name)?;
+                watch("silent partition", held);
+                hosts[i].partition = Some(cut);
+                hosts[i].silent_since = Some(Instant::now());
+                report.record_act("silent partition", "partitioned", &hosts[i].plan.host_id);
             }
         }
         _ => {
             // Terminate the host's backends: its election and scheduler sessions.
+            let held = held_by(admin, &hosts[i].plan.host_id, &leader_now).await?;
             let pattern = format!("rendezvous % {}", hosts[i].plan.host_id);
             admin
                 .execute(
@@ -663,6 +820,7 @@ async fn chaos_step(
                 )
                 .await
                 .map_err(|e| e.to_string())?;
+            watch("pg_terminate_backend", held);
             report.record_act("pg_terminate_backend", "backends terminated", &hosts[i].plan.host_id);
         }
     }
@@ -907,6 +1065,24 @@ pub fn print_report(r: &Report) {
         f.sort();
         let ms: Vec<String> = f.iter().map(|d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)).collect();
         println!("leader failovers         {} after SIGKILL of the leader: {}", f.len(), ms.join(", "));
+    }
+    if !r.takeovers.is_empty() {
+        println!("takeover after a fault   (fault → what the host held is held again by a live host: p50 / max, pieces)");
+        let mut by_fault: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((fault, kind), times) in &r.takeovers {
+            let mut t = times.clone();
+            t.sort();
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            by_fault.entry(fault).or_default().push(format!(
+                "{kind} {:.0} / {:.0} ms ({})",
+                ms(t[t.len() / 2]),
+                ms(t[t.len() - 1]),
+                t.len()
+            ));
+        }
+        for (fault, kinds) in by_fault {
+            println!("  {fault:<22} {}", kinds.join(" · "));
+        }
     }
     if !r.chaos.is_empty() {
         let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();

@@ -232,6 +232,9 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         .with_staleness(Duration::from_secs(2))
         .with_max_concurrent(32)
         .with_max_backoff(Duration::from_secs(1))
+        // Short, so a hung or cut-off host's runs are taken over within the chaos.
+        .with_run_lease(Duration::from_secs(3))
+        .with_call_timeout(Duration::from_secs(3))
         .with_clock(skewed_clock(plan.skew_ms));
     let tag: Arc<str> = plan.tag.clone().into();
     let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);

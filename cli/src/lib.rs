@@ -8,5 +8,6 @@ pub mod fleet;
 pub mod ha;
 pub mod host;
 pub mod ledger;
+pub mod partition;
 pub mod status;
 pub mod timeline;
