@@ -291,6 +291,7 @@ mod tests {
             (&["fleet", "--ha", "--chaos"][..], Engine::PgAutoFailover),
             (&["fleet", "--ha=promote"][..], Engine::Promote),
             (&["fleet", "--ha", "promote-async"][..], Engine::PromoteAsync),
+            (&["fleet", "--ha", "promote-partitioned"][..], Engine::PromotePartitioned),
         ] {
             let Command::Fleet(o) = parse(args).unwrap() else { panic!() };
             assert_eq!(o.ha, Some(engine), "{args:?}");

@@ -137,7 +137,9 @@ async fn bounded<T>(
         Err(_) => {
             // A fresh connection replaces the one that hangs; if none can be made now, the
             // next call tries again.
-            if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
+            if let Ok(Ok(fresh)) =
+                tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await
+            {
                 *admin = fresh;
             }
             Err(format!("no answer within {limit:?}"))
@@ -328,7 +330,9 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
 }
 
 /// The throwaway database of a run (a cluster, or a pair with `--ha`), or none with `--database-url`.
-async fn start_database(o: &FleetOptions) -> Result<(Option<crate::cluster::Cluster>, Option<Ha>, String), String> {
+async fn start_database(
+    o: &FleetOptions,
+) -> Result<(Option<crate::cluster::Cluster>, Option<Ha>, String), String> {
     Ok(match (&o.url, o.ha) {
         (Some(u), _) => (None, None, u.clone()),
         (None, Some(engine)) => {
@@ -534,7 +538,9 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
     let specs = base.task_specs();
     let unscheduled = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
         for spec in &specs {
-            rendezvous_client::schedule::unschedule_task(admin, &spec.task_id).await.map_err(|e| e.to_string())?;
+            rendezvous_client::schedule::unschedule_task(admin, &spec.task_id)
+                .await
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     })
@@ -543,11 +549,13 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
         println!("  controller: the fleet's tasks stay scheduled ({e})");
     }
     // The report's reads: bounded more generously (they scan the run's history).
-    bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| finish(admin, &tag, end, &mut report).await).await?;
+    bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| finish(admin, &tag, end, &mut report).await)
+        .await?;
     let acknowledged = crate::ledger::read(&ledgers)?;
-    report.lost_after_failover =
-        bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| crate::ledger::lost(admin, &acknowledged, &group).await)
-            .await?;
+    report.lost_after_failover = bounded(&mut admin, &url, REPORT_TIMEOUT, async |admin| {
+        crate::ledger::lost(admin, &acknowledged, &group).await
+    })
+    .await?;
     report.split_brain_epochs = report.split_brain_epochs.max(crate::ledger::epochs_led_twice(&acknowledged));
     // The database counts what it kept; after a failover that lost commits, the ledgers know
     // more (the promoted database holds only one of two runs of a key).
@@ -620,7 +628,11 @@ struct Held {
     runs: Vec<(i64, i32)>,
 }
 
-async fn held_by(admin: &Client, host: &str, leader: &rendezvous_client::leader::CurrentLeader) -> Result<Held, String> {
+async fn held_by(
+    admin: &Client,
+    host: &str,
+    leader: &rendezvous_client::leader::CurrentLeader,
+) -> Result<Held, String> {
     let e = |e: tokio_postgres::Error| e.to_string();
     let firings = admin
         .query(
@@ -630,7 +642,10 @@ async fn held_by(admin: &Client, host: &str, leader: &rendezvous_client::leader:
         .await
         .map_err(e)?;
     let runs = admin
-        .query("SELECT run_id, attempts FROM rendezvous.status_runs WHERE holder = $1 AND state = 'running'", &[&host])
+        .query(
+            "SELECT run_id, attempts FROM rendezvous.status_runs WHERE holder = $1 AND state = 'running'",
+            &[&host],
+        )
         .await
         .map_err(e)?;
     Ok(Held {
@@ -643,9 +658,19 @@ async fn held_by(admin: &Client, host: &str, leader: &rendezvous_client::leader:
 /// Watches what a faulted host held until each piece is held again (a new term; a firing
 /// claimed with a higher token or completed; a run claimed again or finished), and records
 /// the time from the fault, per kind. Gives up after a minute.
-async fn watch_takeover(url: String, group: String, fault: &'static str, mut held: Held, at: Instant, into: Takeovers) {
-    let Ok(Ok(c)) =
-        tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url.as_str(), "rendezvous fleet watcher")).await
+async fn watch_takeover(
+    url: String,
+    group: String,
+    fault: &'static str,
+    mut held: Held,
+    at: Instant,
+    into: Takeovers,
+) {
+    let Ok(Ok(c)) = tokio::time::timeout(
+        CALL_TIMEOUT,
+        rendezvous_client::connect_as(url.as_str(), "rendezvous fleet watcher"),
+    )
+    .await
     else {
         return;
     };
@@ -657,7 +682,9 @@ async fn watch_takeover(url: String, group: String, fault: &'static str, mut hel
         && (held.leader_epoch.is_some() || !held.firings.is_empty() || !held.runs.is_empty())
     {
         if let Some(epoch) = held.leader_epoch {
-            if let Ok(Ok(l)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::leader::leader(&c, &group)).await {
+            if let Ok(Ok(l)) =
+                tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::leader::leader(&c, &group)).await
+            {
                 if l.epoch > epoch && l.leader.is_some() {
                     record("leader", 1);
                     held.leader_epoch = None;
@@ -665,7 +692,8 @@ async fn watch_takeover(url: String, group: String, fault: &'static str, mut hel
             }
         }
         if !held.firings.is_empty() {
-            let (keys, tokens): (Vec<&str>, Vec<i64>) = held.firings.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
+            let (keys, tokens): (Vec<&str>, Vec<i64>) =
+                held.firings.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&keys, &tokens];
             let again = c.query(
                 "SELECT f.firing_key FROM rendezvous.status_firings f
@@ -744,7 +772,14 @@ async fn chaos_step(
     };
     // What the target holds, watched from the fault on until it is held again.
     let watch = |fault: &'static str, held: Held| {
-        tokio::spawn(watch_takeover(url.to_owned(), group.to_owned(), fault, held, Instant::now(), takeovers.clone()));
+        tokio::spawn(watch_takeover(
+            url.to_owned(),
+            group.to_owned(),
+            fault,
+            held,
+            Instant::now(),
+            takeovers.clone(),
+        ));
     };
     match act {
         0 => {

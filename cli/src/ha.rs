@@ -27,6 +27,12 @@ pub enum Engine {
     /// crash (replication is cut a second before it, as a slow or broken link would): the
     /// promoted standby lacks the primary's last second, and the report shows what that lost
     PromoteAsync,
+    /// A plain primary and synchronous standby, partitioned: the replication connection is cut
+    /// silently (its packets dropped both ways, no reset; root and iptables) and the primary
+    /// keeps running, every commit on it waiting for the standby. After 5 s the controller
+    /// does what a failover tool does: it fences the old primary (new transactions read-only)
+    /// and promotes the standby
+    PromotePartitioned,
 }
 
 impl Engine {
@@ -36,6 +42,9 @@ impl Engine {
             Engine::PgAutoFailover => "pg_auto_failover",
             Engine::Promote => "pg_ctl promote (synchronous)",
             Engine::PromoteAsync => "pg_ctl promote (asynchronous, 1 s behind)",
+            Engine::PromotePartitioned => {
+                "pg_ctl promote (synchronous; the old primary partitioned, still up)"
+            }
         }
     }
 }
@@ -44,6 +53,8 @@ impl Engine {
 pub struct Ha {
     engine: Engine,
     inner: Inner,
+    /// The replication connection's cut, with [`Engine::PromotePartitioned`] (healed on drop).
+    cut: Option<crate::partition::Partition>,
 }
 
 enum Inner {
@@ -78,11 +89,11 @@ impl Ha {
     /// replicates (synchronously, but for [`Engine::PromoteAsync`]).
     pub async fn start(engine: Engine) -> Result<Ha, String> {
         let inner = match engine {
-            Engine::Promote | Engine::PromoteAsync => {
+            Engine::Promote | Engine::PromoteAsync | Engine::PromotePartitioned => {
                 let primary = Cluster::start().await?;
                 let standby = primary.standby()?;
                 let admin = connect(&primary.url()).await?;
-                if engine == Engine::Promote {
+                if engine != Engine::PromoteAsync {
                     // Synchronous from here on (set after the copy, so the standby, once
                     // promoted, does not wait for a standby of its own).
                     for sql in ["ALTER SYSTEM SET synchronous_standby_names = '*'", "SELECT pg_reload_conf()"]
@@ -90,7 +101,7 @@ impl Ha {
                         admin.batch_execute(sql).await.map_err(|e| db_error(sql, e))?;
                     }
                 }
-                let state = if engine == Engine::Promote { "sync" } else { "async" };
+                let state = if engine == Engine::PromoteAsync { "async" } else { "sync" };
                 wait_for(
                     &admin,
                     &format!(
@@ -102,7 +113,7 @@ impl Ha {
             }
             Engine::PgAutoFailover => Inner::Formation(Formation::start().await?),
         };
-        Ok(Ha { engine, inner })
+        Ok(Ha { engine, inner, cut: None })
     }
 
     /// Its engine.
@@ -138,6 +149,26 @@ impl Ha {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 primary.kill()
             }
+            Inner::Pair { primary, .. } if self.engine == Engine::PromotePartitioned => {
+                // The standby's replication connection goes silent; the primary runs on, and
+                // every commit on it waits for the standby.
+                let admin = connect(&primary.url()).await?;
+                let port: i32 = admin
+                    .query_one("SELECT client_port FROM pg_stat_replication LIMIT 1", &[])
+                    .await
+                    .map_err(|e| db_error("the standby's connection", e))?
+                    .get(0);
+                self.cut = Some(crate::partition::Partition::connections(&[port as u16])?);
+                tokio::time::sleep(PARTITIONED_FOR).await;
+                // The failover tool fences the old primary before promoting: new transactions
+                // there are read-only, so clients reconnecting through the multi-host URL with
+                // target_session_attrs=read-write pass it by. (Neither statement commits.)
+                for sql in ["ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()"]
+                {
+                    admin.batch_execute(sql).await.map_err(|e| db_error(sql, e))?;
+                }
+                Ok(())
+            }
             Inner::Pair { primary, .. } => primary.kill(),
             Inner::Formation(f) => f.kill_primary().await,
         }
@@ -152,6 +183,9 @@ impl Ha {
         }
     }
 }
+
+/// How long a partitioned primary runs on, its commits waiting, before the failover.
+const PARTITIONED_FOR: Duration = Duration::from_secs(5);
 
 impl Formation {
     async fn start() -> Result<Formation, String> {

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
-use rendezvous_client::Clock;
 use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
+use rendezvous_client::Clock;
 use rendezvous_client::{
     spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, Scheduler, SchedulerOptions, TaskSpec,
 };
@@ -252,33 +252,41 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     let expected = plan.tasks; // at least one firing per task before the end, checked below
     let mut term = None;
     loop {
+        if writer.is_closed() {
+            // If not now (a failover in progress), the next round tries again.
+            if let Ok(Ok(fresh)) =
+                tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await
+            {
+                writer = fresh;
+            }
+        }
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
             if term != Some(epoch) {
                 term = Some(epoch);
                 ledger.record(format_args!("term {epoch}"));
             }
-            if writer.is_closed() {
-                writer = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url))
-                    .await
-                    .map_err(|_| format!("cannot connect: no answer within {CALL_TIMEOUT:?}"))?
-                    .map_err(e)?;
-            }
             // Each action's own id (microseconds since the epoch: unique for one host).
             let action_id = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64;
             // Bounded, like every call of the client's own pieces: a commit on a primary cut off
             // from its synchronous standby never returns; the connection is then given up.
-            match tokio::time::timeout(CALL_TIMEOUT, leader_action(&mut writer, &plan, epoch, action_id)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, leader_action(&mut writer, &plan, epoch, action_id))
+                .await
+            {
                 Ok(true) => ledger.record(format_args!("action {epoch} {action_id}")),
                 Ok(false) => {}
                 Err(_) => {
-                    if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await {
+                    if let Ok(Ok(fresh)) =
+                        tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await
+                    {
                         writer = fresh;
                     }
                 }
             }
         }
-        let done = async { tokio::time::timeout(CALL_TIMEOUT, all_done(&writer, &plan, expected)).await.unwrap_or(false) };
+        let done = async {
+            tokio::time::timeout(CALL_TIMEOUT, all_done(&writer, &plan, expected)).await.unwrap_or(false)
+        };
         if SystemTime::now() >= plan.end() && (late(&plan) || done.await) {
             break;
         }

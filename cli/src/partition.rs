@@ -34,8 +34,8 @@ pub fn available() -> bool {
 /// A process cut off; healed when dropped.
 #[derive(Debug)]
 pub struct Partition {
-    root: PathBuf,
-    name: String,
+    /// The cgroup2 root and the group's name, when new connections are cut too.
+    group: Option<(PathBuf, String)>,
     pid: u32,
     /// The local ports of the connections it had when cut.
     ports: Vec<u16>,
@@ -43,8 +43,13 @@ pub struct Partition {
 }
 
 fn iptables(args: &[&str]) -> Result<(), String> {
-    let status = std::process::Command::new("iptables").args(args).status().map_err(|e| format!("iptables: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("iptables {} failed ({status})", args.join(" "))) }
+    let status =
+        std::process::Command::new("iptables").args(args).status().map_err(|e| format!("iptables: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("iptables {} failed ({status})", args.join(" ")))
+    }
 }
 
 /// The cgroup's rule: drops what sockets made in it send.
@@ -96,9 +101,20 @@ impl Partition {
             return Err(e);
         }
         // From here, dropping it undoes what was done.
-        let mut p = Partition { root, name: name.to_owned(), pid, ports: Vec::new(), healed: false };
+        let mut p = Partition { group: Some((root, name.to_owned())), pid, ports: Vec::new(), healed: false };
         std::fs::write(dir.join("cgroup.procs"), pid.to_string()).map_err(|e| format!("move {pid}: {e}"))?;
         for port in tcp_ports(pid) {
+            port_rules("-I", port)?;
+            p.ports.push(port);
+        }
+        Ok(p)
+    }
+
+    /// Cuts the connections with these local ports (both ways, without a reset), and nothing
+    /// else: for one connection between two servers, say a standby's replication connection.
+    pub fn connections(ports: &[u16]) -> Result<Partition, String> {
+        let mut p = Partition { group: None, pid: 0, ports: Vec::new(), healed: false };
+        for &port in ports {
             port_rules("-I", port)?;
             p.ports.push(port);
         }
@@ -115,13 +131,15 @@ impl Partition {
             return;
         }
         self.healed = true;
-        let _ = rule("-D", &self.name);
         for port in &self.ports {
             let _ = port_rules("-D", *port);
         }
-        // Back to the root group (a process that ended meanwhile is simply gone), then away.
-        let _ = std::fs::write(self.root.join("cgroup.procs"), self.pid.to_string());
-        let _ = std::fs::remove_dir(self.root.join(&self.name));
+        if let Some((root, name)) = &self.group {
+            let _ = rule("-D", name);
+            // Back to the root group (a process that ended meanwhile is simply gone), then away.
+            let _ = std::fs::write(root.join("cgroup.procs"), self.pid.to_string());
+            let _ = std::fs::remove_dir(root.join(name));
+        }
     }
 }
 

@@ -386,7 +386,8 @@ fn the_dashboard_shows_the_fleet_in_headless_chromium() {
 /// The fleet across a real failover. On a pg_auto_failover pair (synchronous) whose primary's
 /// PostgreSQL and keeper are killed midway: PASS, nothing the database acknowledged to a host
 /// missing afterwards (the hosts' own ledgers, checked against the new primary), the failover
-/// measured. On an asynchronous pair whose standby is a second behind: what it lost is reported
+/// measured. On a synchronous pair whose primary is partitioned from its standby and stays up:
+/// PASS, on the promoted server. On an asynchronous pair whose standby is a second behind: what it lost is reported
 /// (FAIL), and still no epoch goes to two leaders (the timeline floor).
 #[test]
 fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_lost() {
@@ -410,6 +411,17 @@ fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_l
         report.lines().find(|l| l.starts_with("database failover")).unwrap_or_else(|| panic!("{report}"));
     assert!(line.contains("pg_auto_failover: primary killed → read-write after"), "{line}");
     assert!(!line.contains("never"), "{line}");
+    assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
+
+    // A partition that leaves the old primary running: replication cut silently, every commit
+    // there waiting; then the old primary fenced read-only and the standby promoted. Every
+    // host leaves the old primary by itself (bounded calls; connections to a server that
+    // turned read-only close) and completes the firings on the promoted server; none hangs
+    // on the old one past the end.
+    let (code, report) = fleet("promote-partitioned");
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("verdict                  PASS"), "{report}");
+    assert!(!report.contains("did not finish by the deadline"), "a host hung on the old primary: {report}");
     assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
 
     let (code, report) = fleet("promote-async");

@@ -344,21 +344,23 @@ impl Run {
             if *self.stop.borrow() {
                 return Ok(());
             }
-            let mut session = match self.connect().await {
-                Ok(s) => {
-                    if std::mem::replace(&mut connected_before, true) {
-                        metrics::counter!(signals::RECONNECTS, "component" => "leader").increment(1);
+            let connecting = tokio::time::timeout(self.options.refresh, self.connect());
+            let mut session =
+                match connecting.await.unwrap_or_else(|_| Err(crate::no_answer(self.options.refresh))) {
+                    Ok(s) => {
+                        if std::mem::replace(&mut connected_before, true) {
+                            metrics::counter!(signals::RECONNECTS, "component" => "leader").increment(1);
+                        }
+                        s
                     }
-                    s
-                }
-                Err(e) => {
-                    self.follower(None, None, format!("cannot reach the database: {e}"));
-                    if self.pause(self.options.refresh).await {
-                        return Ok(());
+                    Err(e) => {
+                        self.follower(None, None, format!("cannot reach the database: {e}"));
+                        if self.pause(self.options.refresh).await {
+                            return Ok(());
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            };
+                };
             match self.compete(&mut session).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
@@ -387,7 +389,16 @@ impl Run {
     async fn compete(&mut self, session: &mut Session) -> Result<bool> {
         loop {
             let asked = self.base.elapsed();
-            let claim = self.claim(&session.client, session.pid).await?;
+            // Bounded, and stopped by a shutdown: on a primary that cannot commit, a claim can
+            // wait for the group's row behind a commit that never returns. Past a refresh, the
+            // session is given up and made again (through the URL, to a primary that works).
+            let mut stop = self.stop.clone();
+            let claim = tokio::select! {
+                r = tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)) => {
+                    r.unwrap_or_else(|_| Err(crate::no_answer(self.options.refresh)))?
+                }
+                _ = stop.changed() => return Ok(true),
+            };
             if claim.is_leader {
                 match self.hold(session, claim.epoch, asked).await? {
                     Held::Stopped => return Ok(true),

@@ -79,8 +79,8 @@ pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leade
 pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
 pub use runs::{RetryPolicy, RunClaim};
 pub use schedule::{
-    CatchUp, Clock, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, ShutdownReport,
-    TaskSpec,
+    CatchUp, Clock, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats,
+    ShutdownReport, TaskSpec,
 };
 pub use tokio_postgres;
 
@@ -196,6 +196,20 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         config.application_name(application_name);
     }
     let (client, mut connection) = config.connect(tls.clone()).await.map_err(Error::Connect)?;
+    // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
+    // at the start and whenever they change). A connection made to a read-write server that
+    // turns read-only (a primary fenced or demoted by a failover tool, while it stays up) is
+    // closed, so its owner connects again, through a multi-host URL to the new primary: left
+    // open, every write on it would fail with 25006 for as long as the old primary runs.
+    fn read_only<S, T>(c: &tokio_postgres::Connection<S, T>) -> bool
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        c.parameter("default_transaction_read_only") == Some("on")
+            || c.parameter("in_hot_standby") == Some("on")
+    }
+    let writable_at_start = !read_only(&connection);
     let (closed_tx, closed) = tokio::sync::oneshot::channel();
     let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
     let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
@@ -207,7 +221,12 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         use tokio_postgres::AsyncMessage;
         // Drives the connection as awaiting it would, keeping its notifications and logging
         // its notices (a WARNING from the server must not go unseen).
+        let mut turned_read_only = false;
         let ended = std::future::poll_fn(|cx| loop {
+            if writable_at_start && read_only(&connection) {
+                turned_read_only = true;
+                return std::task::Poll::Ready(Ok(()));
+            }
             match connection.poll_message(cx) {
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
                     let _ = notification_tx.try_send(n);
@@ -231,12 +250,21 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                 std::task::Poll::Ready(Some(Ok(_))) => {}
                 std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(e)),
                 std::task::Poll::Ready(None) => return std::task::Poll::Ready(Ok(())),
+                // What was just read may have been the server reporting itself read-only.
+                std::task::Poll::Pending if writable_at_start && read_only(&connection) => {
+                    turned_read_only = true;
+                    return std::task::Poll::Ready(Ok(()));
+                }
                 std::task::Poll::Pending => return std::task::Poll::Pending,
             }
         })
         .await;
         if let Err(e) = ended {
             tracing::debug!(error = %e, "rendezvous connection ended");
+        }
+        if turned_read_only {
+            tracing::warn!("the server stopped taking writes (fenced or demoted): closing this connection to connect again");
+            drop(connection);
         }
         if let Some(p) = pid.or_else(|| pid_rx.try_recv().ok()) {
             replication::forget(p);

@@ -74,7 +74,11 @@ pub struct MembershipOptions {
 
 impl Default for MembershipOptions {
     fn default() -> Self {
-        MembershipOptions { weight: 1.0, interval: Duration::from_secs(2), call_timeout: Duration::from_secs(10) }
+        MembershipOptions {
+            weight: 1.0,
+            interval: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -163,7 +167,9 @@ impl Membership {
         let database = database.into();
         check_host_id(host_id)?;
         if options.interval.is_zero() || options.call_timeout.is_zero() {
-            return Err(Error::InvalidArgument("heartbeat interval and call timeout must be greater than zero".into()));
+            return Err(Error::InvalidArgument(
+                "heartbeat interval and call timeout must be greater than zero".into(),
+            ));
         }
         let first = async {
             let client = connect_as(&database, &session_name(host_id)).await?;
@@ -243,7 +249,9 @@ async fn run(
         });
     }
     let leaving = async { leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await };
-    tokio::time::timeout(options.call_timeout, leaving).await.unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
+    tokio::time::timeout(options.call_timeout, leaving)
+        .await
+        .unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
     Ok(())
 }
 

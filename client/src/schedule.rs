@@ -38,6 +38,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures_util::FutureExt;
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::firing::{self, Firing};
@@ -644,7 +645,13 @@ impl Side {
                 }
             };
             match tokio::time::timeout(self.timeout, call(client.clone())).await {
-                Ok(Err(e)) if client.is_closed() => last = Some(e),
+                // A lost connection, or a server that stopped taking writes (its connection
+                // closes itself; lib.rs): the next attempt connects again.
+                Ok(Err(e))
+                    if client.is_closed() || e.sqlstate() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
+                {
+                    last = Some(e)
+                }
                 Ok(other) => return other,
                 Err(_) => {
                     tracing::warn!(timeout = ?self.timeout, "no answer on the side connection; connecting again");
@@ -1053,8 +1060,9 @@ impl SchedulerBuilder {
             runs_waiting: AtomicBool::new(false),
         });
         let limit = shared.options.call_timeout;
-        let control =
-            tokio::time::timeout(limit, open_control(&shared)).await.map_err(|_| crate::no_answer(limit))??;
+        let control = tokio::time::timeout(limit, open_control(&shared))
+            .await
+            .map_err(|_| crate::no_answer(limit))??;
         // What an earlier process under this host id still holds runs again at once.
         let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
         if released > 0 {
@@ -1312,7 +1320,6 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     jobs.retain(|j| !j.is_finished());
     jobs
 }
-
 
 /// A new control connection within the call timeout (registering tasks and heartbeating are
 /// commits, which a primary cut off from its synchronous standby never acknowledges).

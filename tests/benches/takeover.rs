@@ -19,7 +19,7 @@ use rendezvous_client::{firing, Firing, LeaderElector, LeaderOptions};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::{Child, Command};
 
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// The leader's refresh (its lease is 2 × refresh) and the claims' lease (renewed every third).
 const REFRESH: Duration = Duration::from_millis(500);
 const LEASE: Duration = Duration::from_millis(2000);

@@ -474,3 +474,44 @@ async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
     admin.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();
     admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 }
+
+/// A primary that a failover tool fences while it stays up (new transactions read-only): a
+/// client connection made to it while it took writes closes itself once it reports itself
+/// read-only, so every piece of the client connects again through its URL (to the new
+/// primary) instead of failing every write with 25006 for as long as the old one runs. A
+/// connection made to a read-only server from the start (a standby read on purpose) stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_to_a_primary_that_turns_read_only_closes_itself() {
+    let cluster = Cluster::start_with(&ClusterOptions {
+        settings: vec![("fsync".into(), "off".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let url = cluster.url();
+    let writer = rendezvous_tests::connect(&url).await;
+    let fence = rendezvous_tests::connect(&url).await;
+    for statement in ["ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()"] {
+        fence.batch_execute(statement).await.unwrap();
+    }
+    // Made now, while the server is read-only: stays open.
+    let reader = rendezvous_tests::connect(&url).await;
+    // The writer's next write is refused, and the connection closes.
+    let refused = writer.batch_execute("CREATE TABLE t (x int)").await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION),
+        "{refused:?}"
+    );
+    let start = std::time::Instant::now();
+    while !writer.is_closed() {
+        assert!(start.elapsed() < Duration::from_secs(5), "the connection to the fenced primary stayed open");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(reader.query_one("SELECT 1", &[]).await.unwrap().get::<_, i32>(0), 1);
+    assert!(!reader.is_closed());
+    // Reopened, the server takes writes again (for the cluster's clean stop).
+    for statement in ["ALTER SYSTEM RESET default_transaction_read_only", "SELECT pg_reload_conf()"] {
+        reader.batch_execute(statement).await.unwrap();
+    }
+}
