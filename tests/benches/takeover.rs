@@ -7,6 +7,10 @@
 //!   session lives on, so the work is held until the lease runs out (a leader's term: until the
 //!   next candidate ends the silent holder's session, lease + 1 s).
 //!
+//! - a primary cut off from its synchronous standby and left running (`rendezvous fleet --ha
+//!   promote-partitioned`'s pair: every commit on it waits; after 5 s the failover tool fences
+//!   it and promotes the standby): until the next host holds the work on the promoted server.
+//!
 //! The holder is a real process (`tests/src/bin/elector.rs`, `claimer.rs`) renewing as the
 //! runtime does; the next host is in this process, already connected and polling (leader: a
 //! `LeaderElector`; firing, run: a claim every 5 ms).
@@ -302,6 +306,114 @@ async fn main() {
         println!("| {} | {} |", work.name(), cells.join(" | "));
     }
     if !faults.contains(&Fault::Partition) {
-        println!("\n(silent partition: not measured, it needs root and iptables)");
+        println!("\n(silent partition and a cut-off primary: not measured, they need root and iptables)");
+        return;
     }
+    // A primary cut off from its synchronous standby, left running.
+    let mut rounds = Vec::new();
+    for r in 0..CUT_OFF_ROUNDS {
+        rounds.push(cut_off_round(r).await);
+    }
+    let cells: Vec<String> = (0..3).map(|w| cell(&rounds.iter().map(|t| t[w]).collect::<Vec<_>>())).collect();
+    println!(
+        "\nA primary cut off from its synchronous standby and left running; the failover tool fences it \
+         and promotes the standby after {:?} (fault → the next host holds the work on the promoted server, \
+         p50 / max of {CUT_OFF_ROUNDS} rounds)\n",
+        Duration::from_secs(5)
+    );
+    println!("| leader | firing | run |\n|---:|---:|---:|\n| {} |", cells.join(" | "));
+}
+
+const CUT_OFF_ROUNDS: usize = 3;
+
+/// One round on a fresh synchronous pair: a leader, a firing and a run held by processes on
+/// the primary; the primary cut off; each next host tries as the runtime does (each try
+/// bounded, the connection made again through the multi-host URL after a failure).
+async fn cut_off_round(r: usize) -> [Option<Duration>; 3] {
+    use rendezvous_cli::ha::{Engine, Ha};
+    let mut ha = Ha::start(Engine::PromotePartitioned).await.expect("a synchronous pair");
+    let url = ha.url();
+    let admin = rendezvous_client::connect(url.as_str()).await.unwrap();
+    let name = format!("tk-cut-{r}-{}", now_secs() % 100_000);
+    rendezvous_client::spawn_run(&admin, "takeover", &name, &serde_json::json!({}), None).await.unwrap();
+    let fire_secs = now_secs() - 1;
+    let firing = Firing::new(name.as_str(), UNIX_EPOCH + Duration::from_secs(fire_secs));
+    let mut holders = Vec::new();
+    for work in [Work::Leader, Work::Firing, Work::Run] {
+        holders.push(start_holder(&url, &admin, work, &name, fire_secs).await);
+    }
+    let elector = LeaderElector::start(
+        url.as_str(),
+        &name,
+        "next",
+        LeaderOptions::default().with_refresh(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let faulted = Instant::now();
+    // The next hosts' tries for the firing and the run, each bounded; a failed or unanswered
+    // try gives its connection up.
+    let taker = |work: Work| {
+        let (url, name, firing) = (url.clone(), name.clone(), firing.clone());
+        tokio::spawn(async move {
+            let mut client: Option<tokio_postgres::Client> = None;
+            while faulted.elapsed() < Duration::from_secs(60) {
+                if client.as_ref().is_none_or(|c| c.is_closed()) {
+                    client = tokio::time::timeout(
+                        Duration::from_secs(1),
+                        rendezvous_client::connect(url.as_str()),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|c| c.ok());
+                }
+                if let Some(c) = &client {
+                    let tried = tokio::time::timeout(Duration::from_secs(1), async {
+                        match work {
+                            Work::Firing => {
+                                firing::claim_firing(c, &firing, "next", LEASE).await.map(|c| c.claimed)
+                            }
+                            _ => {
+                                let refs = [name.as_str()];
+                                let options = ClaimRuns {
+                                    lease: LEASE,
+                                    workflow_refs: Some(&refs),
+                                    grace: Duration::ZERO,
+                                    ..Default::default()
+                                };
+                                claim_runs(c, "next", &options).await.map(|c| !c.is_empty())
+                            }
+                        }
+                    })
+                    .await;
+                    match tried {
+                        Ok(Ok(true)) => return Some(faulted.elapsed()),
+                        Ok(Ok(false)) => {}
+                        _ => client = None,
+                    }
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            None
+        })
+    };
+    let (firing_taker, run_taker) = (taker(Work::Firing), taker(Work::Run));
+    ha.kill_primary().await.expect("cut the primary off");
+    ha.take_over().expect("promote the standby");
+    let mut leader = None;
+    while faulted.elapsed() < Duration::from_secs(60) {
+        if elector.is_leader() {
+            leader = Some(faulted.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (f, r) = (firing_taker.await.unwrap(), run_taker.await.unwrap());
+    elector.shutdown().await.ok();
+    for mut h in holders {
+        let _ = h.child.start_kill();
+        let _ = h.child.wait().await;
+    }
+    [leader, f, r]
 }
