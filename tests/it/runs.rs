@@ -346,3 +346,76 @@ async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
     std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap();
     old.start_kill().unwrap();
 }
+
+/// Runs claimed ahead into a local queue (`prefetch`) still run exactly once across hosts, and
+/// a shutdown hands back what it queued and never started: those runs are pending again at
+/// once, for another host, without counting an attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() {
+    const RUNS: i64 = 400;
+    let db = TestDb::new("runs_prefetch").await;
+    let admin = db.connect().await;
+    admin
+        .execute(
+            "SELECT rendezvous.spawn_run('acme', 'pf', '{}') FROM generate_series(1::int8, $1::int8)",
+            &[&RUNS],
+        )
+        .await
+        .unwrap();
+    let seen: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let mut hosts = Vec::new();
+    for h in ["pf-a", "pf-b", "pf-c"] {
+        let seen = seen.clone();
+        let options = SchedulerOptions::default().with_max_concurrent(2).with_prefetch(32);
+        let scheduler = Scheduler::builder(db.url.as_str(), h)
+            .options(options)
+            .workflow("pf", move |job: Job| {
+                *seen.lock().unwrap().entry(job.run().unwrap().run_id).or_default() += 1;
+                async { Ok::<(), std::io::Error>(()) }
+            })
+            .start()
+            .await
+            .unwrap();
+        hosts.push(scheduler);
+    }
+    wait_for_count(&admin, "SELECT count(*) FROM rendezvous.runs WHERE state = 'succeeded'", RUNS).await;
+    for h in hosts {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len() as i64, RUNS);
+    assert!(seen.values().all(|n| *n == 1), "a run ran twice: {:?}", seen.iter().find(|(_, n)| **n > 1));
+
+    // One slow host: one run at a time, 20 queued; its shutdown (no time to finish) hands all back.
+    admin
+        .execute("SELECT rendezvous.spawn_run('acme', 'slow', '{}') FROM generate_series(1, 30)", &[])
+        .await
+        .unwrap();
+    let options = SchedulerOptions::default().with_max_concurrent(1).with_prefetch(20);
+    let slow = Scheduler::builder(db.url.as_str(), "pf-slow")
+        .options(options)
+        .workflow("slow", |_job: Job| async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    wait_for_count(
+        &admin,
+        "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'slow' AND state = 'running'",
+        21,
+    )
+    .await;
+    let report = slow.shutdown(Duration::ZERO).await.unwrap();
+    assert_eq!(report.released, 21, "{report:?}");
+    let row = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE state = 'pending'), count(*) FILTER (WHERE attempts > 0)
+               FROM rendezvous.runs WHERE workflow_ref = 'slow'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (30, 0), "queued runs were not handed back");
+}
