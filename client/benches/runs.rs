@@ -18,8 +18,8 @@ use rendezvous_client::{Job, Scheduler, SchedulerOptions};
 
 const HOSTS: usize = 4;
 /// The runtime's fastest configuration here: runs claimed ahead into a local queue per host
-/// (`SchedulerOptions::prefetch`), as graphile-worker's local queue is measured beside it.
-const PREFETCH: usize = 256;
+/// (`SchedulerOptions::prefetch`), the size of graphile-worker's local queue measured beside it.
+const PREFETCH: usize = 500;
 const BACKLOG: i64 = 10_000;
 /// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
 const ARRIVALS_PER_SECOND: u64 = 100;
