@@ -3,7 +3,7 @@
 //! - SIGKILL of the holder's process, and `pg_terminate_backend` of its session: the claim ends
 //!   with the session, so the next host takes over at once;
 //! - SIGSTOP of the holder (a hung host), and a silent partition (its TCP path to the server
-//!   dropped without a reset, by an `iptables` rule on the loopback port; needs root): the
+//!   process's packets dropped without a reset, by `iptables` rules; needs root): the
 //!   session lives on, so the work is held until the lease runs out (a leader's term: until the
 //!   next candidate ends the silent holder's session, lease + 1 s).
 //!
@@ -68,11 +68,10 @@ impl Work {
     }
 }
 
-/// The holder: its process, its backend, and the client port of that backend's connection.
+/// The holder: its process and its backend.
 struct Holder {
     child: Child,
     backend: i32,
-    port: i32,
 }
 
 async fn first_line(child: &mut Child, starts: &str) -> String {
@@ -133,12 +132,7 @@ async fn start_holder(
             (child, line.split(' ').nth(3).unwrap().parse().unwrap())
         }
     };
-    let port: i32 = admin
-        .query_one("SELECT client_port FROM pg_stat_activity WHERE pid = $1", &[&backend])
-        .await
-        .unwrap()
-        .get(0);
-    Holder { child, backend, port }
+    Holder { child, backend }
 }
 
 fn now_secs() -> u64 {
@@ -150,35 +144,8 @@ fn signal(child: &Child, sig: libc::c_int) {
     unsafe { libc::kill(child.id().unwrap() as libc::pid_t, sig) };
 }
 
-/// The loopback rules that drop a connection's packets both ways, without a reset.
-fn partition(port: i32, add: bool) {
-    for dir in ["--sport", "--dport"] {
-        let ok = std::process::Command::new("iptables")
-            .args([
-                if add { "-I" } else { "-D" },
-                "INPUT",
-                "-i",
-                "lo",
-                "-p",
-                "tcp",
-                dir,
-                &port.to_string(),
-                "-j",
-                "DROP",
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "iptables failed");
-    }
-}
-
 fn can_partition() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    root && std::process::Command::new("iptables")
-        .args(["-L", "INPUT", "-n"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    rendezvous_cli::partition::available()
 }
 
 /// One round: a holder, the next host waiting, the fault, and the time until the next host holds.
@@ -213,13 +180,21 @@ async fn round(
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let faulted = Instant::now();
+    let mut cut = None;
     match fault {
         Fault::Kill => holder.child.start_kill().unwrap(),
         Fault::Terminate => {
             admin.execute("SELECT pg_terminate_backend($1)", &[&holder.backend]).await.unwrap();
         }
         Fault::Stop => signal(&holder.child, libc::SIGSTOP),
-        Fault::Partition => partition(holder.port, true),
+        Fault::Partition => {
+            // The holder's process, its open connection and any new one (it cannot reconnect).
+            let pid = holder.child.id().unwrap();
+            cut = Some(
+                rendezvous_cli::partition::Partition::cut(pid, &format!("rendezvous-takeover-{pid}"))
+                    .unwrap(),
+            );
+        }
     }
     let held = async {
         loop {
@@ -246,7 +221,7 @@ async fn round(
     let took = tokio::time::timeout(GIVE_UP, held).await.ok();
     match fault {
         Fault::Stop => signal(&holder.child, libc::SIGCONT),
-        Fault::Partition => partition(holder.port, false),
+        Fault::Partition => drop(cut),
         _ => {}
     }
     let _ = holder.child.start_kill();

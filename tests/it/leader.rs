@@ -199,6 +199,29 @@ async fn a_stopped_leader_is_replaced_within_its_lease_and_follows_when_it_resum
     second.shutdown().await.unwrap();
 }
 
+/// A leader whose network path dies silently (every packet of its process dropped both ways,
+/// without a reset: the server sees its session live on, and no keepalive is tuned) loses the
+/// group within its lease plus the server's grace, as a stopped one does (#23). Needs root and
+/// iptables (scripts/setup.sh installs it; the test machines run as root).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silently_partitioned_leader_is_replaced_within_its_lease() {
+    let db = TestDb::new("lead_cut").await;
+    let mut first = Process::spawn(&db.url, "cut", "p1", 300); // lease 600 ms (2 × refresh)
+    let epoch = first.wait_leader(Duration::from_secs(10)).await.expect("p1 leads");
+    let second = start(&db.url, "cut", "p2").await;
+    wait_until_follows(&second, "p1").await;
+    // Its open connection and any new one it makes: the host is cut off, not just a socket.
+    let pid = first.child.id().unwrap();
+    let cut = rendezvous_cli::partition::Partition::cut(pid, &format!("rendezvous-test-lead-cut-{pid}"))
+        .expect("iptables and cgroup2 (root)");
+    let took = wait_until("p2 takes over", Duration::from_secs(15), || second.is_leader()).await;
+    assert!(took < Duration::from_secs(5), "p2 took over {took:?} after p1 was cut off");
+    assert_eq!(second.epoch(), Some(epoch + 1));
+    cut.heal();
+    first.sigkill();
+    second.shutdown().await.unwrap();
+}
+
 /// Waits until an elector of `group` follows: it claimed, lost, and now idles outside any
 /// statement (listening for the leader's announcement) without the lock.
 /// Waits until a follower of `group` idles; returns the following sessions' pids as seen then
