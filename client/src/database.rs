@@ -170,6 +170,9 @@ fn parse(url: &str) -> std::result::Result<(tokio_postgres::Config, MakeRustlsCo
     Ok((config, MakeRustlsConnect::new(tls_config)))
 }
 
+/// The settings this client reads from a URL itself (the rest is tokio-postgres's).
+const TLS_KEYS: &[&str] = &["sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword", "sslcrl"];
+
 /// Removes `sslmode` and `sslrootcert` from a URL or a key=value string; returns the rest and
 /// the settings (`prefer` when not given).
 fn split_tls_settings(url: &str) -> std::result::Result<(String, TlsSettings), String> {
@@ -192,9 +195,13 @@ fn split_tls_settings(url: &str) -> std::result::Result<(String, TlsSettings), S
         let mut kept = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if !take(key, percent_decode(value)?)? {
+            // Only what this client reads itself is decoded here, and an error names the key,
+            // never the value (it could be a password).
+            if !TLS_KEYS.contains(&key) {
                 kept.push(pair);
+                continue;
             }
+            take(key, percent_decode(value).map_err(|why| format!("the value of {key} has {why}"))?)?;
         }
         let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
         Ok((rest, tls))
@@ -275,21 +282,22 @@ fn key_values(s: &str) -> std::result::Result<Vec<(String, String, String)>, Str
     }
 }
 
+/// Decodes `%XX` escapes; the error says what is wrong, never the text (it could be secret).
 fn percent_decode(s: &str) -> std::result::Result<String, String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(|| format!("bad percent-encoding in \"{s}\""))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad percent-encoding in \"{s}\""))?);
+            let hex = s.get(i + 1..i + 3).ok_or("a bad percent-encoding")?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| "a bad percent-encoding")?);
             i += 3;
         } else {
             out.push(bytes[i]);
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("\"{s}\" is not UTF-8 once decoded"))
+    String::from_utf8(out).map_err(|_| "bytes that are not UTF-8 once decoded".to_owned())
 }
 
 /// The root certificates: a PEM file, `system`, or (none given) `~/.postgresql/root.crt` when
@@ -501,6 +509,22 @@ mod tests {
         assert!(err("postgres://u@h/db?sslmode=verify-ca&sslrootcert=/nonexistent.pem")
             .contains("/nonexistent.pem"));
         assert!(err("host=h sslrootcert='unterminated").contains("unterminated"));
+        // A password never appears in an error, however it is malformed (#24).
+        for url in [
+            "postgres://u@h/db?password=p%ssXYZZY",
+            "postgres://u@h/db?password=p%ssXYZZY&sslmode=require",
+            "postgres://u:p%zzXYZZY@h/db",
+            "postgres://u@h/db?sslrootcert=%zz&password=XYZZY",
+            "host=h password='XYZZY sslmode=require",
+        ] {
+            if let Some(e) = parse(url).err() {
+                for secret in ["XYZZY", "p%ss", "%zz"] {
+                    assert!(!e.contains(secret), "{url:?}: the error shows {secret:?}: {e}");
+                }
+            }
+        }
+        assert!(err("postgres://u@h/db?sslrootcert=%zz")
+            .contains("the value of sslrootcert has a bad percent-encoding"));
         assert!(matches!(
             Database::from_url("postgres://u@h/db?sslmode=x").parts(),
             Err(Error::InvalidArgument(_))
