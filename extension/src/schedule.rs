@@ -176,6 +176,30 @@ impl Schedule {
         self.between_and_next(zone, after, until, max).map(|(times, _)| times)
     }
 
+    /// The first `max` fire times in (after, until], and whether more follow within it: never
+    /// more than `max` in memory, however long the span (a year of a per-second task is 31 M).
+    fn first_between(
+        &self,
+        zone: &TimeZone,
+        after: Timestamp,
+        until: Timestamp,
+        max: usize,
+    ) -> (Vec<Timestamp>, bool) {
+        let mut out = Vec::new();
+        let mut cursor = after;
+        while let Some(next) = self.next_after(zone, cursor) {
+            if next > until {
+                return (out, false);
+            }
+            if out.len() == max {
+                return (out, true);
+            }
+            out.push(next);
+            cursor = next;
+        }
+        (out, false)
+    }
+
     /// [`between`](Self::between), and the first fire time after `until` (found on the way).
     #[allow(clippy::type_complexity)]
     fn between_and_next(
@@ -297,13 +321,7 @@ fn plan_firings(
     let (run, skipped, resume_after) = match catch_up {
         "all" => {
             let first = if window_start > just_before_from { window_start } else { just_before_from };
-            let (run, more) = match s.between(&zone, first, now, MAX_CATCH_UP) {
-                Ok(v) => (v, false),
-                Err(()) => {
-                    let v = s.between(&zone, first, now, usize::MAX).unwrap_or_default();
-                    (v.into_iter().take(MAX_CATCH_UP).collect::<Vec<_>>(), true)
-                }
-            };
+            let (run, more) = s.first_between(&zone, first, now, MAX_CATCH_UP);
             let skipped = if first > just_before_from { count(just_before_from, first) } else { 0 };
             let resume = if more { *run.last().expect("a full batch") } else { now };
             (run, skipped, resume)

@@ -26,6 +26,7 @@ CREATE TABLE rendezvous.tasks (
     last_skip_reason text,
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
     updated_at       timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    plan_error       text,
     CONSTRAINT tasks_task_id_valid CHECK (task_id <> '' AND octet_length(task_id) <= rendezvous._max_id_bytes()),
     CONSTRAINT tasks_overlap_valid CHECK (overlap IN ('allow', 'skip')),
     CONSTRAINT tasks_catch_up_valid CHECK (catch_up IN ('latest', 'all', 'skip')),
@@ -37,6 +38,8 @@ CREATE TABLE rendezvous.tasks (
 );
 COMMENT ON TABLE rendezvous.tasks IS
     'Recurring tasks: schedule, time zone and policies; next_fire_at is the first fire time not yet made a firing (NULL: never again).';
+COMMENT ON COLUMN rendezvous.tasks.plan_error IS
+    'Why making this task''s firings failed (its fire times are not made, other tasks''s are); schedule_task clears it.';
 COMMENT ON COLUMN rendezvous.tasks.skipped IS
     'Fire times that never became firings (catch-up or overlap policy), counted up to 100,000 a pass.';
 -- What due_firings reads each poll: only tasks whose time has come, never all of them.
@@ -60,8 +63,8 @@ BEGIN
         RAISE EXCEPTION 'overlap must be allow or skip (got "%")', overlap USING ERRCODE = '22023';
     ELSIF catch_up NOT IN ('latest', 'all', 'skip') THEN
         RAISE EXCEPTION 'catch_up must be latest, all or skip (got "%")', catch_up USING ERRCODE = '22023';
-    ELSIF catch_up_window <= interval '0' OR NOT isfinite(catch_up_window) THEN
-        RAISE EXCEPTION 'catch_up_window must be a positive, finite interval (got %)', catch_up_window
+    ELSIF catch_up_window <= interval '0' OR NOT isfinite(catch_up_window) OR catch_up_window > interval '1 year' THEN
+        RAISE EXCEPTION 'catch_up_window must be a positive interval of at most 1 year (got %)', catch_up_window
             USING ERRCODE = '22023';
     ELSIF max_attempts NOT BETWEEN 1 AND 1000 THEN
         RAISE EXCEPTION 'max_attempts must be between 1 and 1000 (got %)', max_attempts USING ERRCODE = '22023';
@@ -102,6 +105,10 @@ BEGIN
         schedule_task.catch_up_window, schedule_task.lease, schedule_task.max_attempts, schedule_task.retry_backoff);
     next_ := rendezvous._check_schedule(sched, schedule_task.time_zone, now_);
     SELECT * INTO t FROM rendezvous.tasks tk WHERE tk.task_id = schedule_task.task_id FOR UPDATE;
+    IF FOUND AND t.plan_error IS NOT NULL THEN
+        -- Registered again: planned again (if it still fails, it is set aside again).
+        UPDATE rendezvous.tasks tk SET plan_error = NULL, updated_at = now_ WHERE tk.task_id = schedule_task.task_id;
+    END IF;
     IF NOT FOUND THEN
         INSERT INTO rendezvous.tasks AS tk (task_id, schedule, time_zone, overlap, catch_up, catch_up_window, lease,
                                             max_attempts, retry_backoff, next_fire_at)
@@ -213,11 +220,44 @@ CREATE FUNCTION rendezvous._make_due_firings(now_ timestamptz, max_tasks integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    one text;
+BEGIN
+    BEGIN
+        PERFORM rendezvous._make_task_firings(now_, max_tasks, NULL);
+    EXCEPTION WHEN OTHERS THEN
+        -- One task could not be planned (a window out of range, a zone gone after a tzdata
+        -- update): plan them one at a time, and set aside the one that fails with its error,
+        -- so it stops every host's scheduling no longer (#24).
+        FOR one IN
+            SELECT t.task_id FROM rendezvous.tasks t
+             WHERE t.next_fire_at <= now_ AND NOT t.paused AND t.plan_error IS NULL
+             ORDER BY t.next_fire_at LIMIT max_tasks
+        LOOP
+            BEGIN
+                PERFORM rendezvous._make_task_firings(now_, 1, one);
+            EXCEPTION WHEN OTHERS THEN
+                UPDATE rendezvous.tasks tk
+                   SET plan_error = SQLERRM || ' (SQLSTATE ' || SQLSTATE || ')', updated_at = now_
+                 WHERE tk.task_id = one;
+            END;
+        END LOOP;
+    END;
+END
+$$;
+
+-- Makes the due firings of up to max_tasks tasks (of only that one, when given) whose fire
+-- time has come, in one statement; a task set aside with a plan error is passed over.
+CREATE FUNCTION rendezvous._make_task_firings(now_ timestamptz, max_tasks integer, only_task text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
 BEGIN
     WITH due AS (
         SELECT t.task_id, t.schedule, t.time_zone, t.overlap, t.catch_up, t.catch_up_window, t.next_fire_at
           FROM rendezvous.tasks t
-         WHERE t.next_fire_at <= now_ AND NOT t.paused
+         WHERE t.next_fire_at <= now_ AND NOT t.paused AND t.plan_error IS NULL
+           AND (only_task IS NULL OR t.task_id = only_task)
          ORDER BY t.next_fire_at
          LIMIT max_tasks
            FOR UPDATE SKIP LOCKED

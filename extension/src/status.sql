@@ -36,7 +36,7 @@ CREATE VIEW rendezvous.status_tasks AS
            coalesce(open.running, 0) AS running, open.holders, coalesce(open.pending, 0) AS pending,
            coalesce(open.retrying, 0) AS retrying, coalesce(bad.failed, 0) AS failed,
            err.fire_at AS last_error_fire_at, err.last_error,
-           t.skipped, t.last_skipped_at, t.last_skip_reason
+           t.skipped, t.last_skipped_at, t.last_skip_reason, t.plan_error
       FROM rendezvous.tasks t
       LEFT JOIN LATERAL (
           SELECT f.fire_at, f.completed_at FROM rendezvous.firings f
@@ -58,7 +58,7 @@ CREATE VIEW rendezvous.status_tasks AS
            WHERE f.task_id = t.task_id AND f.failures > 0
            ORDER BY f.fire_at DESC LIMIT 1) err ON true;
 COMMENT ON VIEW rendezvous.status_tasks IS
-    'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, and fire times skipped by policy.';
+    'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, fire times skipped by policy, and why its firings could not be made (plan_error).';
 
 CREATE VIEW rendezvous.status_runs AS
     SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at,

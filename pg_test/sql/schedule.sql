@@ -72,6 +72,8 @@ SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '0 0 30 2 *')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', overlap => 'queue')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up => 'some')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up_window => '0')$$);
+-- A window of more than a year is refused: '7000 years' once made every host's due_firings fail.
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up_window => '7000 years')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', lease => '-1 s')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', max_attempts => 0)$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', retry_backoff => NULL)$$);
@@ -203,3 +205,27 @@ RESET ROLE;
 SELECT rendezvous.complete_firing('stuck', '2026-01-01', 1) AS stale_holder_completes;
 SELECT claimed, holder, token FROM rendezvous.claim_firing('stuck', '2026-01-01', 'next-host');
 DELETE FROM rendezvous.firings;
+
+-- A year's backlog of a per-second task, caught up 'all': one pass makes 1,000 firings, and never
+-- holds more fire times than that in memory (it collected all 26 million before).
+SET statement_timeout = '1s';
+SELECT rendezvous.schedule_task('year-backlog', rendezvous.every('1 second'), catch_up => 'all', catch_up_window => '1 year', overlap => 'allow') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '300 days' WHERE task_id = 'year-backlog';
+SELECT count(*) FROM rendezvous.due_firings(5000) WHERE task_id = 'year-backlog';
+RESET statement_timeout;
+SELECT rendezvous.unschedule_task('year-backlog');
+
+-- One task that cannot be planned stops nobody else's scheduling: set aside with its error
+-- (visible in status_tasks), the others' firings are made; registering it again clears it.
+SELECT rendezvous.schedule_task('healthy', rendezvous.every('1 second'), overlap => 'allow') IS NOT NULL;
+SELECT rendezvous.schedule_task('poison', rendezvous.every('1 second'), catch_up => 'skip', overlap => 'allow') IS NOT NULL;
+-- As an old version (or a hand edit) could leave it: a window no instant can be planned with.
+UPDATE rendezvous.tasks SET catch_up_window = interval '7000 years', next_fire_at = now() - interval '2 seconds'
+ WHERE task_id = 'poison';
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '2 seconds' WHERE task_id = 'healthy';
+SELECT count(*) > 0 AS healthy_made FROM rendezvous.due_firings() WHERE task_id = 'healthy';
+SELECT task_id, plan_error IS NOT NULL AS set_aside, plan_error LIKE '%SQLSTATE 22008%' AS says_why
+  FROM rendezvous.status_tasks WHERE task_id IN ('healthy', 'poison') ORDER BY 1;
+SELECT rendezvous.schedule_task('poison', rendezvous.every('1 second'), catch_up => 'skip', catch_up_window => '1 hour', overlap => 'allow') IS NOT NULL;
+SELECT plan_error FROM rendezvous.tasks WHERE task_id = 'poison';
+SELECT rendezvous.unschedule_task('healthy'), rendezvous.unschedule_task('poison');

@@ -42,3 +42,12 @@ ALTER TABLE rendezvous.leader_confirmations ADD COLUMN lease interval;
 COMMENT ON TABLE rendezvous.leader_confirmations IS
     'When each group''s leader last confirmed its term (try_lead by the holding session), and the term''s lease: a holder silent past it plus a second loses its session to the next candidate.';
 DROP FUNCTION rendezvous.try_lead(text, text, boolean);
+
+-- A catch-up window is at most a year (schedule_task refuses more): a longer one planned
+-- instants out of range for every host's due_firings (#24). Tasks registered with more keep a
+-- year.
+UPDATE rendezvous.tasks SET catch_up_window = interval '1 year' WHERE catch_up_window > interval '1 year';
+-- A task whose firings cannot be made is set aside with its error, alone (#24).
+ALTER TABLE rendezvous.tasks ADD COLUMN plan_error text;
+COMMENT ON COLUMN rendezvous.tasks.plan_error IS
+    'Why making this task''s firings failed (its fire times are not made, other tasks''s are); schedule_task clears it.';
