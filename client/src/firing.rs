@@ -119,8 +119,8 @@ pub struct FiringClaim {
     /// The live holder (this host when claimed); `None` when the firing is not yet due by the
     /// database clock, which claims nothing before `fire_at` whatever this host's clock says.
     pub holder: Option<String>,
-    /// The holder's token: the fencing token for `assert_firing` and the completion (`None`
-    /// with no holder).
+    /// This claim's token, when it was won: the fencing token for `assert_firing` and the
+    /// completion. `None` for a claim that lost (the holder's token is told only to the holder).
     pub token: Option<i64>,
     /// True when the firing is already done.
     pub completed: bool,

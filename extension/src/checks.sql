@@ -52,8 +52,10 @@ AS $$
 BEGIN
     IF lease IS NULL THEN
         RAISE EXCEPTION 'lease must not be NULL' USING ERRCODE = '22004';
-    ELSIF lease <= interval '0' OR NOT isfinite(lease) THEN
-        RAISE EXCEPTION 'lease must be a positive, finite interval (got %)', lease USING ERRCODE = '22023';
+    ELSIF lease <= interval '0' OR NOT isfinite(lease) OR lease > interval '1 day' THEN
+        -- At most a day: a lease is what a silent holder costs (renewals keep a live one), and
+        -- a host must not be able to hold another's work for years (#24).
+        RAISE EXCEPTION 'lease must be a positive interval of at most 1 day (got %)', lease USING ERRCODE = '22023';
     END IF;
 END
 $$;

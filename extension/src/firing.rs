@@ -136,12 +136,19 @@ unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) ->
 }
 
 /// Checks a lease like `_check_lease` (which raises, with its message, when it fails): not
-/// NULL, greater than zero, finite, compared by PostgreSQL's own interval functions.
+/// NULL, greater than zero, at most a day, compared by PostgreSQL's own interval functions.
 ///
 /// # Safety
 /// `lease` is an `interval` datum when present.
 unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
-    let ok = lease.is_some_and(|d| unsafe { finite_interval_vs_zero(d, pg_sys::interval_gt) });
+    let ok = lease.is_some_and(|d| unsafe {
+        let one_day = pg_sys::Interval { time: 0, day: 1, month: 0 };
+        let at_most_a_day = pgrx::direct_function_call::<bool>(
+            pg_sys::interval_le,
+            &[Some(d), Some(pg_sys::Datum::from(&one_day as *const pg_sys::Interval))],
+        );
+        finite_interval_vs_zero(d, pg_sys::interval_gt) && at_most_a_day == Some(true)
+    });
     if !ok {
         unsafe { raise_sql_check(c"SELECT rendezvous._check_lease($1)", &[pg_sys::INTERVALOID], &[lease]) }
     }
@@ -185,9 +192,11 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
                 return Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
             }
             // Someone holds a live lease, or the firing is done (the row is locked by us now).
+            // The holder's token is not told to a loser: a token fences, it does not
+            // authenticate, so only its holder should know it (#24).
             if HELD.with(|p| p.execute(&[Some(key)])) == 1 {
                 let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
-                return Some([Some(false.into()), holder, value(0, 2), value(0, 3), value(0, 4)]);
+                return Some([Some(false.into()), holder, None, value(0, 3), value(0, 4)]);
             }
             // The row was deleted (purged) between the two statements: claim again.
             None

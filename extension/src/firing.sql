@@ -156,7 +156,9 @@ BEGIN
     -- A new statement, so under READ COMMITTED it sees the rows its INSERT yielded to.
     -- A firing not yet due: not claimed, no holder, and lease_until is when it will be due.
     RETURN QUERY
-        SELECT u.ord::integer, coalesce(f.firing_key = ANY (made) OR f.firing_key = ANY (taken), false), f.holder, f.token,
+        -- A loser is told who holds it and until when, not the holder's token (#24).
+        SELECT u.ord::integer, coalesce(f.firing_key = ANY (made) OR f.firing_key = ANY (taken), false), f.holder,
+               CASE WHEN f.firing_key = ANY (made) OR f.firing_key = ANY (taken) THEN f.token END,
                coalesce(f.completed_at IS NOT NULL, false),
                CASE WHEN u.fire_at > now_ THEN u.fire_at ELSE f.lease_until END
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)

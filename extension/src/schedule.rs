@@ -29,6 +29,8 @@ pub(crate) const MAX_FIRE_TIMES: usize = 100_000;
 /// The most firings one task gets in one catch-up pass (`catch_up => 'all'`); the rest follow
 /// on the next pass.
 const MAX_CATCH_UP: usize = 1_000;
+/// The longest time zone name accepted, in bytes.
+const MAX_ZONE_BYTES: usize = 64;
 
 /// The longest schedule text accepted, in bytes.
 const MAX_SCHEDULE_BYTES: usize = 1024;
@@ -103,6 +105,10 @@ fn parse_every(rest: &str) -> Result<i64, String> {
 fn parse_zone(name: &str) -> Result<TimeZone, String> {
     if name.is_empty() {
         return Err("time_zone must not be empty".into());
+    }
+    // IANA names are under 40 bytes; a huge one must not come back in an error and a log line.
+    if name.len() > MAX_ZONE_BYTES {
+        return Err(format!("time_zone is {} bytes long; the limit is {MAX_ZONE_BYTES}", name.len()));
     }
     TimeZone::get(name)
         .map_err(|_| format!("unknown time zone \"{name}\" (use an IANA name such as Europe/Berlin)"))

@@ -83,6 +83,10 @@ SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', '-infinity', 'h'
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), NULL)$$);
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '0 s')$$);
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '-1 min')$$);
+-- A lease is at most a day: a host cannot hold a firing for years (nor renew one that long).
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', '1000 years')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.claim_firings(ARRAY['t'], ARRAY[now()], 'h', '25 hours')$$);
+SELECT regress.err($$SELECT rendezvous.renew_firing('t', now(), 1, '2 days')$$);
 SELECT regress.err($$SELECT * FROM rendezvous.claim_firing('t', now(), 'h', NULL)$$);
 SELECT regress.err($$SELECT rendezvous.complete_firing('t', now(), NULL)$$);
 SELECT regress.err($$SELECT rendezvous.assert_firing('never', '2026-01-01 00:00:00+00', 1)$$);

@@ -72,6 +72,8 @@ SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '0 0 30 2 *')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', overlap => 'queue')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up => 'some')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up_window => '0')$$);
+-- A time zone name is at most 64 bytes: a huge one never comes back in an error.
+SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', repeat('x', 10000000))$$);
 -- A window of more than a year is refused: '7000 years' once made every host's due_firings fail.
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', catch_up_window => '7000 years')$$);
 SELECT regress.err($$SELECT rendezvous.schedule_task('bad', '* * * * *', lease => '-1 s')$$);

@@ -51,3 +51,5 @@ UPDATE rendezvous.tasks SET catch_up_window = interval '1 year' WHERE catch_up_w
 ALTER TABLE rendezvous.tasks ADD COLUMN plan_error text;
 COMMENT ON COLUMN rendezvous.tasks.plan_error IS
     'Why making this task''s firings failed (its fire times are not made, other tasks''s are); schedule_task clears it.';
+-- A lease is at most a day (_check_lease refuses more); tasks registered with more keep a day.
+UPDATE rendezvous.tasks SET lease = interval '1 day' WHERE lease > interval '1 day';
