@@ -109,6 +109,11 @@ pub struct DashboardArgs {
     /// Address to serve on
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:8080")]
     pub listen: std::net::SocketAddr,
+    /// Another name the dashboard answers to, as `Host` headers carry it (NAME or NAME:PORT;
+    /// repeatable). Requests for any other name are refused, so a web page cannot read the
+    /// dashboard through a name it makes point here (DNS rebinding)
+    #[arg(long = "allow-host", value_name = "NAME")]
+    pub allow_hosts: Vec<String>,
 }
 
 /// The flags of `rendezvous admin`.

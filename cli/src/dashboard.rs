@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use axum::extract::State;
-use axum::response::{Html, IntoResponse};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -29,8 +31,55 @@ struct Dashboard {
     history: Mutex<VecDeque<Change>>,
 }
 
+/// The `Host` values the dashboard answers to: its listen address, `localhost` forms of it when
+/// it listens on loopback, and the names given with `--allow-host`.
+fn allowed_hosts(listen: SocketAddr, extra: &[String]) -> Vec<String> {
+    let port = listen.port();
+    let mut allowed = vec![listen.to_string()];
+    if listen.ip().is_loopback() {
+        allowed.extend([format!("localhost:{port}"), format!("127.0.0.1:{port}"), format!("[::1]:{port}")]);
+    }
+    for name in extra {
+        allowed.push(name.clone());
+        if !name.contains(':') || name.ends_with(']') {
+            allowed.push(format!("{name}:{port}"));
+        }
+    }
+    allowed
+}
+
+/// The page's security headers: nothing loads but what this server sends (its inline styles
+/// apart), no framing, no sniffing, no referrer, no caching.
+const SECURITY_HEADERS: &[(&str, &str)] = &[
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; \
+         base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-store"),
+];
+
+/// Refuses a request for a name the dashboard does not answer to (421), and adds the security
+/// headers to every answer.
+async fn guard(State(allowed): State<Arc<Vec<String>>>, request: Request, next: Next) -> Response {
+    let host = request.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let mut response = if allowed.iter().any(|a| a.eq_ignore_ascii_case(host)) {
+        next.run(request).await
+    } else {
+        (StatusCode::MISDIRECTED_REQUEST, "this dashboard does not answer to that Host (see --allow-host)\n")
+            .into_response()
+    };
+    for (name, value) in SECURITY_HEADERS {
+        response.headers_mut().insert(*name, HeaderValue::from_static(value));
+    }
+    response
+}
+
 /// Serves the dashboard on `listen` until the process ends.
-pub async fn serve(url: String, listen: SocketAddr) -> Result<(), String> {
+pub async fn serve(url: String, listen: SocketAddr, allow_hosts: Vec<String>) -> Result<(), String> {
     let client = rendezvous_client::connect(url.as_str()).await.map_err(|e| e.to_string())?;
     rendezvous_client::check_extension(&client).await.map_err(|e| e.to_string())?;
     let state = Arc::new(Dashboard {
@@ -38,11 +87,20 @@ pub async fn serve(url: String, listen: SocketAddr) -> Result<(), String> {
         url,
         history: Mutex::new(VecDeque::new()),
     });
+    let allowed = Arc::new(allowed_hosts(listen, &allow_hosts));
     let app = axum::Router::new()
         .route("/", get(page))
+        .route("/app.js", get(script))
         .route("/fragment", get(fragment))
         .route("/status.json", get(json))
-        .with_state(state);
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(allowed, guard));
+    if !listen.ip().is_loopback() {
+        eprintln!(
+            "rendezvous dashboard: listening on {listen}, beyond this machine: anyone who can reach it sees the \
+             fleet's hosts, leaders, tasks and runs (no login); put it behind an authenticating proxy"
+        );
+    }
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     println!("dashboard on http://{} (read-only)", listener.local_addr().map_err(|e| e.to_string())?);
@@ -100,13 +158,18 @@ table {{ border-collapse: collapse; }} td, th {{ padding: 2px 10px; border-botto
 .grid {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 0 2em; }}
 </style></head>
 <body><h1>pg_rendezvous — live</h1><div id="live">{body}</div>
-<script>
-// Redraw every two seconds from the server's rendering.
-setInterval(async () => {{
-  try {{ const r = await fetch('/fragment'); document.getElementById('live').innerHTML = await r.text(); }} catch (e) {{}}
-}}, 2000);
-</script></body></html>"#
+<script src="/app.js"></script></body></html>"#
     ))
+}
+
+/// The page's script, served on its own so the content security policy allows no inline one.
+async fn script() -> impl IntoResponse {
+    const SCRIPT: &str = "// Redraw every two seconds from the server's rendering.
+setInterval(async () => {
+  try { const r = await fetch('/fragment'); document.getElementById('live').innerHTML = await r.text(); } catch (e) {}
+}, 2000);
+";
+    ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], SCRIPT)
 }
 
 fn esc(s: &str) -> String {

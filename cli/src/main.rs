@@ -69,7 +69,7 @@ async fn run(command: Command) -> Result<i32, String> {
                 sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
                     .exit()
             };
-            dashboard::serve(url, args.listen).await?;
+            dashboard::serve(url, args.listen, args.allow_hosts).await?;
             Ok(0)
         }
         Command::Admin(args) => {

@@ -523,3 +523,61 @@ fn the_controller_stops_on_sigterm_while_its_primary_cannot_commit() {
     let gone = rt.block_on(rendezvous_client::connect(url.as_str()));
     assert!(gone.is_err(), "the fleet's cluster is still up after SIGTERM");
 }
+
+/// The dashboard answers only to its own names (a page the operator visits cannot read
+/// `/status.json` through a name it points at 127.0.0.1: DNS rebinding) and sends security
+/// headers: a script-less page, no framing, no sniffing (#24).
+#[test]
+fn the_dashboard_refuses_other_hosts_and_sends_security_headers() {
+    use rendezvous_cli::cluster::{free_port, Cluster};
+    use std::io::{Read, Write};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cluster = rt.block_on(Cluster::start()).unwrap();
+    let port = free_port();
+    let mut dashboard = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["dashboard", "--database-url", &cluster.url(), "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--allow-host", "dash.internal"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut dashboard);
+    let get = |path: &str, host: &str| -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(mut s) => {
+                    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+                    let mut out = String::new();
+                    s.read_to_string(&mut out).unwrap();
+                    return out.to_ascii_lowercase();
+                }
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(100))
+                }
+                Err(e) => panic!("the dashboard did not listen: {e}"),
+            }
+        }
+    };
+    let page = get("/", &format!("127.0.0.1:{port}"));
+    assert!(page.starts_with("http/1.1 200"), "{page}");
+    for header in [
+        "content-security-policy: default-src 'none'; script-src 'self'",
+        "x-frame-options: deny",
+        "x-content-type-options: nosniff",
+    ] {
+        assert!(page.contains(header), "no {header:?} in:\n{page}");
+    }
+    assert!(!page.contains("<script>"), "an inline script: {page}");
+    assert!(get("/status.json", &format!("localhost:{port}")).starts_with("http/1.1 200"));
+    assert!(get("/status.json", "dash.internal").starts_with("http/1.1 200"));
+    let rebound = get("/status.json", &format!("attacker.example:{port}"));
+    assert!(rebound.starts_with("http/1.1 421"), "{rebound}");
+    assert!(!rebound.contains("host_id"), "{rebound}");
+}
