@@ -311,8 +311,9 @@ fn try_lead(
 
 /// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
 /// holds the group's lock (repeated calls by the holder are idempotent and never stack the
-/// lock); otherwise false with the current leader. With `wait`, blocks until the lock is free
-/// (cancel the query to stop waiting).
+/// lock); otherwise false with the current leader. `wait => true` is refused (0A000): waiting
+/// inside the call held a snapshot (holding back VACUUM) and a lock on `leaders` for as long
+/// as the leader lived; followers LISTEN on `rendezvous_leader` and claim again when told.
 ///
 /// With a `lease`, the term lasts that long past each confirmation (each call by the holder):
 /// a holder that stops confirming for longer than its lease plus a second (stopped, cut off,
@@ -325,6 +326,13 @@ fn try_lead_with_lease(
     wait: default!(Option<bool>, "false"),
     lease: default!(Option<Interval>, "NULL"),
 ) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
+    if wait == Some(true) {
+        raise(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "try_lead(wait => true) is not supported since 0.3.0: a wait inside the call holds a snapshot and a lock \
+             on rendezvous.leaders; LISTEN on rendezvous_leader and call try_lead again when it fires (the client does)",
+        );
+    }
     lead(group_name, candidate, wait, lease)
 }
 

@@ -144,3 +144,9 @@ SET ROLE rendezvous_observer;
 SELECT standbys, warning IS NOT NULL AS warned FROM rendezvous.replication_status();
 RESET ROLE;
 DELETE FROM rendezvous.leaders;
+
+-- No waiting inside the call (it held a snapshot and a lock on leaders): refused, with the way.
+SELECT regress.err($$SELECT * FROM rendezvous.try_lead('waits', 'w', wait => true)$$);
+SELECT is_leader FROM rendezvous.try_lead('waits', 'w', wait => false);
+SELECT rendezvous.resign('waits');
+DELETE FROM rendezvous.leaders;
