@@ -1702,6 +1702,15 @@ async fn run_job(
                 }
             }
         }
+        // The database failed the handler, not its work (its connection closed, or the server
+        // stopped taking writes: a fenced or demoted primary): the claim is handed back for a
+        // host on the new primary, and no attempt is counted.
+        Ok(Err(e)) if connection_failure(&*e) => {
+            tracing::warn!(error = %e, "the handler's connection failed; handing the claim back");
+            if let Err(e) = release(shared, &work, token).await {
+                tracing::warn!(error = %e, "could not hand the claim back; it is taken over when its holder is gone");
+            }
+        }
         Ok(Err(e)) => record_failure(shared, &work, token, &e.to_string()).await,
         Err(panic) => {
             let what = panic
@@ -1713,6 +1722,28 @@ async fn run_job(
         }
     }
     free_slot();
+}
+
+/// Whether a handler's error says its database connection failed it (closed, or the server
+/// stopped taking writes: 25006) rather than its own work.
+fn connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let broken = |pg: &tokio_postgres::Error| {
+        pg.is_closed() || pg.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+    };
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(pg) = err.downcast_ref::<tokio_postgres::Error>() {
+            return broken(pg);
+        }
+        match err.downcast_ref::<Error>() {
+            Some(Error::Db(pg) | Error::Connect(pg)) => return broken(pg),
+            Some(Error::Disconnected(_)) => return true,
+            Some(_) => return false,
+            None => {}
+        }
+        cause = err.source();
+    }
+    false
 }
 
 fn done(shared: &Shared, work: &Work, token: i64) {
@@ -1784,5 +1815,19 @@ async fn record_failure(shared: &Shared, work: &Work, token: i64, error: &str) {
         Err(e) => {
             tracing::warn!(error = %e, "could not record the failure; the lease will run out and it is retried")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_failing_connection_hands_a_claim_back() {
+        let boxed = |e: BoxError| connection_failure(&*e);
+        assert!(boxed(Box::new(Error::Disconnected("gone".into()))));
+        assert!(!boxed(Box::new(Error::InvalidArgument("bad".into()))));
+        assert!(!boxed(Box::new(std::io::Error::other("the handler's own failure"))));
+        assert!(!boxed("a plain message".into()));
     }
 }
