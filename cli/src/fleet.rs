@@ -110,13 +110,20 @@ const CONTROLLER: &str = "rendezvous fleet controller";
 /// How long the report's reads of the run's history may take.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A controller connection, within the call timeout.
+async fn connect_controller(url: &str) -> Result<Client, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
+        Ok(connected) => connected.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+    }
+}
+
 /// The controller's connection, made again if it was lost (a terminated backend, a failover).
 async fn reconnected(admin: &mut Client, url: &str) {
     if admin.is_closed() {
-        match tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
-            Ok(Ok(c)) => *admin = c,
-            Ok(Err(e)) => println!("  controller: cannot reconnect yet ({e})"),
-            Err(_) => println!("  controller: cannot reconnect yet (no answer within {CALL_TIMEOUT:?})"),
+        match connect_controller(url).await {
+            Ok(c) => *admin = c,
+            Err(e) => println!("  controller: cannot reconnect yet ({e})"),
         }
     }
 }
@@ -137,9 +144,7 @@ async fn bounded<T>(
         Err(_) => {
             // A fresh connection replaces the one that hangs; if none can be made now, the
             // next call tries again.
-            if let Ok(Ok(fresh)) =
-                tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await
-            {
+            if let Ok(fresh) = connect_controller(url).await {
                 *admin = fresh;
             }
             Err(format!("no answer within {limit:?}"))
@@ -358,10 +363,7 @@ async fn start_database(
 
 /// The run itself, on a database that is up: hosts, chaos, the report.
 async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<Report, String> {
-    let mut admin = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(&url, CONTROLLER))
-        .await
-        .map_err(|_| format!("cannot connect: no answer within {CALL_TIMEOUT:?}"))?
-        .map_err(|e| e.to_string())?;
+    let mut admin = connect_controller(&url).await.map_err(|e| format!("cannot connect: {e}"))?;
     bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
         rendezvous_client::check_extension(admin).await.map_err(|e| e.to_string())?;
         admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())

@@ -253,12 +253,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     let mut term = None;
     loop {
         if writer.is_closed() {
-            // If not now (a failover in progress), the next round tries again.
-            if let Ok(Ok(fresh)) =
-                tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await
-            {
-                writer = fresh;
-            }
+            reconnect(&mut writer, &plan.url).await;
         }
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
@@ -275,13 +270,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             {
                 Ok(true) => ledger.record(format_args!("action {epoch} {action_id}")),
                 Ok(false) => {}
-                Err(_) => {
-                    if let Ok(Ok(fresh)) =
-                        tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(&plan.url)).await
-                    {
-                        writer = fresh;
-                    }
-                }
+                Err(_) => reconnect(&mut writer, &plan.url).await,
             }
         }
         let done = async {
@@ -295,6 +284,14 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     scheduler.shutdown(Duration::from_secs(1)).await.map_err(e)?;
     elector.shutdown().await.map_err(e)?;
     Ok(())
+}
+
+/// Replaces `writer` with a new connection, within the call timeout; if none can be made now
+/// (a failover in progress), the next round tries again.
+async fn reconnect(writer: &mut tokio_postgres::Client, url: &str) {
+    if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(url)).await {
+        *writer = fresh;
+    }
 }
 
 /// How long the host waits for one call on its own connection.

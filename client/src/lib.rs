@@ -223,10 +223,6 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         // its notices (a WARNING from the server must not go unseen).
         let mut turned_read_only = false;
         let ended = std::future::poll_fn(|cx| loop {
-            if writable_at_start && read_only(&connection) {
-                turned_read_only = true;
-                return std::task::Poll::Ready(Ok(()));
-            }
             match connection.poll_message(cx) {
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
                     let _ = notification_tx.try_send(n);
@@ -250,7 +246,8 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                 std::task::Poll::Ready(Some(Ok(_))) => {}
                 std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(e)),
                 std::task::Poll::Ready(None) => return std::task::Poll::Ready(Ok(())),
-                // What was just read may have been the server reporting itself read-only.
+                // Everything read is processed now; it may have been the server reporting
+                // itself read-only (a ParameterStatus, kept by the connection, not returned).
                 std::task::Poll::Pending if writable_at_start && read_only(&connection) => {
                     turned_read_only = true;
                     return std::task::Poll::Ready(Ok(()));
