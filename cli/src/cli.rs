@@ -47,6 +47,10 @@ pub enum Command {
     /// An operator's actions: pause, resume or remove a task, release a stuck firing claim,
     /// purge finished runs and firings, remove a host (as a member of rendezvous_admin)
     Admin(AdminArgs),
+    /// Check a database URL: connect as every rendezvous host would (TLS as libpq's sslmode
+    /// says), and show the server, the TLS in use and the installed pg_rendezvous (exit status
+    /// 1 if the extension is missing or another version, 2 if no connection is made)
+    Check(CheckArgs),
     /// Throwaway PostgreSQL clusters (for scripts and tests)
     #[command(subcommand_required = true, arg_required_else_help = true)]
     Cluster {
@@ -67,10 +71,19 @@ impl Command {
             Command::Status(_) => "status",
             Command::Admin(_) => "admin",
             Command::Dashboard(_) => "dashboard",
+            Command::Check(_) => "check",
             Command::Cluster { command: ClusterCommand::Run(_) } => "cluster run",
             Command::Host(_) => "host",
         }
     }
+}
+
+/// The flags of `rendezvous check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The database to check
+    #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: Option<String>,
 }
 
 /// The flags of `rendezvous status`.

@@ -1,6 +1,7 @@
 //! The `rendezvous` command's pieces: its command line, a throwaway cluster, the fleet
 //! (controller and host processes), the status report and dashboard, and the operator's actions.
 pub mod admin;
+pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod dashboard;

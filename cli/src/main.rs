@@ -3,7 +3,7 @@
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rendezvous_cli::cli::{Cli, ClusterCommand, Command};
-use rendezvous_cli::{admin, cluster, dashboard, fleet, host, status};
+use rendezvous_cli::{admin, check, cluster, dashboard, fleet, host, status};
 
 #[tokio::main]
 async fn main() {
@@ -93,6 +93,16 @@ async fn run(command: Command) -> Result<i32, String> {
                     Ok(1)
                 }
             }
+        }
+        Command::Check(args) => {
+            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
+                let mut cli = Cli::command();
+                cli.build();
+                let sub = cli.find_subcommand_mut("check").expect("check is a subcommand");
+                sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
+                    .exit()
+            };
+            check::run(&url).await
         }
         Command::Cluster { command: ClusterCommand::Run(r) } => cluster::run(&r.options(), &r.command).await,
         Command::Host(plan) => {

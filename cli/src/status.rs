@@ -241,7 +241,7 @@ pub fn print(v: &Value) {
 }
 
 /// `s` with every control character but the newline written as `\u{..}`.
-fn escape_controls(s: &str) -> String {
+pub fn escape_controls(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
         .collect()

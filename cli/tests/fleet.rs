@@ -3,6 +3,8 @@
 //! scripts/test.sh installs it first.)
 use std::process::Command;
 
+mod tls;
+
 fn figure(report: &str, label: &str) -> i64 {
     let line =
         report.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?} in:\n{report}"));
@@ -139,36 +141,11 @@ fn over_tls_only_sslmodes_mean_what_libpq_says_and_the_fleet_passes() {
     let cluster = rt.block_on(Cluster::start()).unwrap();
 
     // A CA, and a server certificate it signs for the name "localhost" only.
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "rendezvous test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let server_key = rcgen::KeyPair::generate().unwrap();
-    let server = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let dir = cluster.dir();
-    let (ca_file, cert_file, key_file) = (dir.join("ca.pem"), dir.join("server.crt"), dir.join("server.key"));
-    std::fs::write(&ca_file, ca.pem()).unwrap();
-    std::fs::write(&cert_file, server.pem()).unwrap();
-    std::fs::write(&key_file, server_key.serialize_pem()).unwrap();
-    for f in [&cert_file, &key_file] {
-        cluster.give_to_server(f).unwrap();
-    }
-    cluster
-        .configure(
-            &[
-                ("ssl", "on"),
-                ("ssl_cert_file", cert_file.to_str().unwrap()),
-                ("ssl_key_file", key_file.to_str().unwrap()),
-            ],
-            // TCP only with TLS (the local socket stays for the server's own tools).
-            Some("local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n"),
-        )
-        .unwrap();
+    let root = tls::ca("rendezvous test CA");
+    let ca_file = cluster.dir().join("ca.pem");
+    std::fs::write(&ca_file, root.pem()).unwrap();
+    let server = tls::make(tls::Spec { dns: &["localhost"], issuer: Some(&root), ..tls::Spec::default() });
+    tls::serve(&cluster, &server, true);
 
     let url =
         |host: &str, query: &str| format!("postgresql://postgres@{host}:{}/postgres?{query}", cluster.port);
@@ -184,10 +161,7 @@ fn over_tls_only_sslmodes_mean_what_libpq_says_and_the_fleet_passes() {
         let e = refused(url("127.0.0.1", &format!("sslmode=verify-full&sslrootcert={ca}"))).await;
         assert!(e.to_lowercase().contains("certificate"), "{e}");
         // A root that did not sign the server's certificate.
-        let other = rcgen::CertificateParams::new(Vec::<String>::new())
-            .unwrap()
-            .self_signed(&rcgen::KeyPair::generate().unwrap())
-            .unwrap();
+        let other = tls::ca("another CA");
         let other_file = cluster.dir().join("other-ca.pem");
         std::fs::write(&other_file, other.pem()).unwrap();
         let e = refused(url("localhost", &format!("sslmode=verify-ca&sslrootcert={}", other_file.display())))

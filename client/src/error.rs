@@ -84,6 +84,10 @@ fn describe(e: &tokio_postgres::Error) -> String {
         s.push_str(&format!(": {c}"));
         cause = c.source();
     }
+    if s.contains("application verification failure") {
+        // Set by the host name check of sslmode=verify-full (database.rs), which logs the names.
+        s.push_str(" (the server's certificate does not name the host connected to, as sslmode=verify-full requires)");
+    }
     s
 }
 

@@ -83,6 +83,8 @@ pub use schedule::{
     ShutdownReport, TaskSpec,
 };
 pub use tokio_postgres;
+/// The OpenSSL bindings and their tokio-postgres connector, for [`Database::with_connector`].
+pub use {openssl, postgres_openssl};
 
 use tokio_postgres::GenericClient;
 
@@ -146,9 +148,8 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
 /// with `tokio::spawn`, so call it inside a Tokio runtime).
 ///
 /// `database` is a URL (`postgres://user@host/db?...` or `host=... dbname=...`, multi-host
-/// URLs with `target_session_attrs=read-write` included, TLS as libpq's `sslmode` and
-/// `sslrootcert` say: see [`database`]) or a [`Database`] of your own settings and TLS
-/// connector. The session's `application_name` is `rendezvous` unless the URL sets one.
+/// URLs with `target_session_attrs=read-write` included, TLS as libpq's `sslmode`,
+/// `sslrootcert`, `sslcert`, … say: see [`database`]) or a [`Database`] of your own settings. The session's `application_name` is `rendezvous` unless the URL sets one.
 ///
 /// ```no_run
 /// # async fn run() -> rendezvous_client::Result<()> {
@@ -190,12 +191,7 @@ pub(crate) struct Watched {
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
 pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
-    let (config, tls) = database.parts()?;
-    let mut config = config.clone();
-    if config.get_application_name().is_none() {
-        config.application_name(application_name);
-    }
-    let (client, mut connection) = config.connect(tls.clone()).await.map_err(Error::Connect)?;
+    let (client, mut connection) = database.open(application_name).await?;
     // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
     // at the start and whenever they change). A connection made to a read-write server that
     // turns read-only (a primary fenced or demoted by a failover tool, while it stays up) is

@@ -11,7 +11,7 @@
 //! So every connection this client drives (through [`connect`](crate::connect) and the
 //! long-lived pieces) watches for that WARNING, and every call that acknowledges something
 //! (admission, claims, completions, terms and their refreshes, a fenced transaction's commit)
-//! returns [`Error::NotReplicated`](crate::Error::NotReplicated) instead of its answer when one
+//! returns [`Error::NotReplicated`] instead of its answer when one
 //! arrived on its connection while it ran. The work is committed on the primary: retry an
 //! idempotent call (`spawn_run` returns the same run) once replication is back; a claim or a
 //! term so answered is not relied on.

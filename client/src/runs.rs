@@ -1,5 +1,5 @@
 //! Running admitted runs: the low-level calls, for callers who compute their own work. A
-//! [`Scheduler`](crate::Scheduler) with [`workflow`](crate::SchedulerBuilder::workflow)
+//! [`Scheduler`](crate::Scheduler) with [`workflow`](crate::schedule::SchedulerBuilder::workflow)
 //! handlers drives all of this by itself.
 //!
 //! A run is claimed by one host at a time ([`claim_runs`]), with a token and a lease on the
