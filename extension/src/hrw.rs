@@ -30,8 +30,20 @@ pub(crate) const MAX_HOSTS_BYTES: usize = 16 << 20;
 /// How many elements a loop handles between two interrupt checks.
 const INTERRUPT_EVERY: usize = 1024;
 
+/// The largest key one call hashes, in bytes: hashing is one uninterruptible pass over the
+/// key, so a bound keeps a call within reach of `statement_timeout` (a 300 MB key held a
+/// backend for seconds). Keys are names, not documents: hash a large value first.
+pub(crate) const MAX_KEY_BYTES: usize = 1 << 20;
+
 fn require_key(key: Option<&str>) -> &str {
-    key.unwrap_or_else(|| null_argument("key"))
+    let key = key.unwrap_or_else(|| null_argument("key"));
+    if key.len() > MAX_KEY_BYTES {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("key is {} bytes; the limit is {MAX_KEY_BYTES}", key.len()),
+        );
+    }
+    key
 }
 
 /// Refuses a `hosts` argument larger than `MAX_HOSTS_BYTES` with 54000, before anything reads it.
@@ -167,6 +179,12 @@ fn ranked_weighted(
 fn score(key: Option<&str>, host: Option<&str>) -> i64 {
     let key = require_key(key);
     let host = host.unwrap_or_else(|| null_argument("host"));
+    if host.len() > MAX_KEY_BYTES {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("host is {} bytes; the limit is {MAX_KEY_BYTES}", host.len()),
+        );
+    }
     rendezvous_hrw::score(key, host) as i64
 }
 

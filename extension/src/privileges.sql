@@ -8,8 +8,34 @@
 -- search_path pinned to pg_catalog, pg_temp, and names everything schema-qualified; whoever
 -- calls it can do what the function does, and nothing else. Pure functions (HRW, firing_key,
 -- the argument checks) stay executable by everyone with USAGE on the schema.
+--
+-- Roles that exist already (made by an install in another database, or by someone else) are
+-- adopted only when nothing but a superuser can administer them and they carry no attribute
+-- the extension would not give them: a CREATEROLE role that made them first would otherwise
+-- keep ADMIN over them and grant itself rendezvous_admin in every database that installs the
+-- extension later (#24), as CREATE EXTENSION refuses a schema it did not make.
 DO $$
+DECLARE
+    unsafe text;
 BEGIN
+    SELECT string_agg(why, '; ' ORDER BY why) INTO unsafe FROM (
+        SELECT format('role %I is administered by %I, who is not a superuser (ADMIN OPTION)', r.rolname, m.rolname) AS why
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_roles r ON r.oid = am.roleid
+          JOIN pg_catalog.pg_roles m ON m.oid = am.member
+         WHERE r.rolname IN ('rendezvous_host', 'rendezvous_observer', 'rendezvous_admin')
+           AND am.admin_option AND NOT m.rolsuper
+        UNION ALL
+        SELECT format('role %I can log in or has attributes (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS)', r.rolname)
+          FROM pg_catalog.pg_roles r
+         WHERE r.rolname IN ('rendezvous_host', 'rendezvous_observer', 'rendezvous_admin')
+           AND (r.rolcanlogin OR r.rolsuper OR r.rolcreatedb OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls)
+    ) reasons;
+    IF unsafe IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_rendezvous will not adopt roles that others could use to gain its privileges: %', unsafe
+            USING ERRCODE = '42710',
+                  HINT = 'Revoke the ADMIN OPTION (or the attributes), or drop the roles if nothing uses them, then create the extension again.';
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'rendezvous_host') THEN
         CREATE ROLE rendezvous_host NOLOGIN;
     END IF;
@@ -97,7 +123,8 @@ ALTER FUNCTION rendezvous.resume_task(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.due_firings(integer) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.next_due_at() SECURITY DEFINER;
 ALTER FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) SECURITY DEFINER;
-REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer, integer),
+    rendezvous._make_task_firings(timestamptz, integer, text, integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
     rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text),

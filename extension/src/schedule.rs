@@ -292,8 +292,8 @@ fn next_fire_time(
 /// stored next fire time), which become firings now, how many are skipped, and the task's
 /// next fire time after this pass. Policies (docs/schedules.md):
 /// - `latest`: only the last due fire time runs; the earlier ones are skipped;
-/// - `all`: every due fire time within `window` of `now` runs (at most 1,000 a pass, the rest
-///   on the next); older ones are skipped;
+/// - `all`: every due fire time within `window` of `now` runs (at most `max_run` a pass, the
+///   rest on the next); older ones are skipped;
 /// - `skip`: the last due fire time runs only if it is within `window` of `now`.
 ///
 /// `skipped` counts at most `MAX_FIRE_TIMES` a pass.
@@ -305,6 +305,7 @@ fn plan_firings(
     window: Interval,
     from: TimestampWithTimeZone,
     now: TimestampWithTimeZone,
+    max_run: i32,
 ) -> TableIterator<
     'static,
     (
@@ -327,7 +328,8 @@ fn plan_firings(
     let (run, skipped, resume_after) = match catch_up {
         "all" => {
             let first = if window_start > just_before_from { window_start } else { just_before_from };
-            let (run, more) = s.first_between(&zone, first, now, MAX_CATCH_UP);
+            let max_run = usize::try_from(max_run).unwrap_or(0).clamp(1, MAX_CATCH_UP);
+            let (run, more) = s.first_between(&zone, first, now, max_run);
             let skipped = if first > just_before_from { count(just_before_from, first) } else { 0 };
             let resume = if more { *run.last().expect("a full batch") } else { now };
             (run, skipped, resume)

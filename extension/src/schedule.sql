@@ -209,14 +209,15 @@ COMMENT ON FUNCTION rendezvous.resume_task(text) IS
 
 -- One row per call: without this the planner assumes 1,000 and, over a pass of many tasks,
 -- costs the statement high enough to JIT-compile it (a quarter of a second, every pass).
-ALTER FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz) ROWS 1;
+ALTER FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz, integer) ROWS 1;
 
 -- Turns the fire times that have come into firings, for at most max_tasks tasks (those
--- another session is doing are skipped, not waited for). Per task: the catch-up policy picks
+-- another session is doing are skipped, not waited for), and about max_firings firings in
+-- all: a catching-up task makes its share of them a pass, the rest on the next passes. Per task: the catch-up policy picks
 -- which due fire times run (_plan_firings); with overlap = 'skip', none does while an earlier
 -- firing of the task is unfinished, and one pass makes at most one. One statement for all the
 -- tasks of a pass.
-CREATE FUNCTION rendezvous._make_due_firings(now_ timestamptz, max_tasks integer) RETURNS void
+CREATE FUNCTION rendezvous._make_due_firings(now_ timestamptz, max_tasks integer, max_firings integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -224,7 +225,7 @@ DECLARE
     one text;
 BEGIN
     BEGIN
-        PERFORM rendezvous._make_task_firings(now_, max_tasks, NULL);
+        PERFORM rendezvous._make_task_firings(now_, max_tasks, NULL, max_firings);
     EXCEPTION WHEN OTHERS THEN
         -- One task could not be planned (a window out of range, a zone gone after a tzdata
         -- update): plan them one at a time, and set aside the one that fails with its error,
@@ -235,7 +236,7 @@ BEGIN
              ORDER BY t.next_fire_at LIMIT max_tasks
         LOOP
             BEGIN
-                PERFORM rendezvous._make_task_firings(now_, 1, one);
+                PERFORM rendezvous._make_task_firings(now_, 1, one, max_firings);
             EXCEPTION WHEN OTHERS THEN
                 UPDATE rendezvous.tasks tk
                    SET plan_error = SQLERRM || ' (SQLSTATE ' || SQLSTATE || ')', updated_at = now_
@@ -247,8 +248,11 @@ END
 $$;
 
 -- Makes the due firings of up to max_tasks tasks (of only that one, when given) whose fire
--- time has come, in one statement; a task set aside with a plan error is passed over.
-CREATE FUNCTION rendezvous._make_task_firings(now_ timestamptz, max_tasks integer, only_task text) RETURNS void
+-- time has come, in one statement; a task set aside with a plan error is passed over. Each
+-- task makes at most its share of max_firings (at least one), so a pass after a long gap
+-- stays short however many tasks catch up.
+CREATE FUNCTION rendezvous._make_task_firings(now_ timestamptz, max_tasks integer, only_task text,
+                                              max_firings integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -261,13 +265,16 @@ BEGIN
          ORDER BY t.next_fire_at
          LIMIT max_tasks
            FOR UPDATE SKIP LOCKED
+    ), share AS (
+        SELECT greatest(1, least(1000, max_firings / greatest(count(*), 1)))::integer AS per_task FROM due
     ), planned AS (
         SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
                EXISTS (SELECT 1 FROM rendezvous.firings f
                         WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) AS busy
           FROM due d
+          CROSS JOIN share
           CROSS JOIN LATERAL rendezvous._plan_firings(d.schedule, d.time_zone, d.catch_up, d.catch_up_window,
-                                                      d.next_fire_at, now_) p
+                                                      d.next_fire_at, now_, share.per_task) p
     ), decided AS (
         SELECT pl.task_id, pl.next_fire_at, pl.skipped AS catch_up_skipped,
                CASE WHEN pl.overlap = 'allow' OR cardinality(pl.run_at) = 0 THEN pl.run_at
@@ -318,8 +325,10 @@ BEGIN
     END IF;
     -- Every task that came due, not just max_firings of them: one poller makes a burst of
     -- firings at once (the others skip the tasks it holds), so every host then sees the same
-    -- due firings and claims its own.
-    PERFORM rendezvous._make_due_firings(now_, 10000);
+    -- due firings and claims its own. At most 10,000 tasks and about 10,000 firings a call
+    -- (one per task when more are due): a backlog after a long gap is made over several
+    -- calls, each a short transaction.
+    PERFORM rendezvous._make_due_firings(now_, 10000, 10000);
     RETURN QUERY
         SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease
           FROM rendezvous.firings f

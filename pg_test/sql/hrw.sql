@@ -65,6 +65,13 @@ SELECT regress.err($$SELECT rendezvous.ranked('k', (SELECT array_agg(g::text) FR
 SELECT regress.err($$SELECT rendezvous.winner('k', (SELECT array_agg(g::text) FROM generate_series(1, 100001) g),
                                                    (SELECT array_agg(1.0::float8) FROM generate_series(1, 100001) g))$$);
 SELECT regress.err($$SELECT rendezvous.winner('k', ARRAY[repeat('x', 17000000)])$$);
+-- A key at most 1 MiB (one uninterruptible hash pass), for every function that hashes one.
+SELECT rendezvous.winner(repeat('k', 1048576), ARRAY['a']) AS key_at_the_limit;
+SELECT regress.err($$SELECT rendezvous.winner(repeat('k', 1048577), ARRAY['a'])$$);
+SELECT regress.err($$SELECT rendezvous.ranked(repeat('k', 1048577), ARRAY['a'], ARRAY[1.0]::float8[])$$);
+SELECT regress.err($$SELECT rendezvous.winner(repeat('k', 1048577))$$);
+SELECT regress.err($$SELECT rendezvous.score(repeat('k', 1048577), 'a')$$);
+SELECT regress.err($$SELECT rendezvous.score('k', repeat('a', 1048577))$$);
 
 -- Bad input: a clear error with a SQLSTATE.
 SELECT regress.err($$SELECT rendezvous.winner(NULL, ARRAY['a'])$$);

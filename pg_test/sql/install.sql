@@ -34,3 +34,28 @@ SELECT r.rolname = current_user AS owned_by_installer FROM pg_namespace n JOIN p
 \c rendezvous_regress
 DROP DATABASE rendezvous_regress_squat;
 DROP ROLE rendezvous_regress_squatter;
+
+-- Roles that exist already are adopted only when no one but a superuser administers them and
+-- they carry no attribute (#24): a CREATEROLE role holding ADMIN OPTION on rendezvous_admin
+-- could otherwise grant itself the admin functions of every database installing later.
+CREATE ROLE rendezvous_regress_creator CREATEROLE;
+GRANT rendezvous_admin TO rendezvous_regress_creator WITH ADMIN OPTION;
+ALTER ROLE rendezvous_observer LOGIN;
+CREATE DATABASE rendezvous_regress_roles;
+\c rendezvous_regress_roles
+DO $$
+BEGIN
+    CREATE EXTENSION pg_rendezvous;
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE '%: %', SQLSTATE, SQLERRM;
+END
+$$;
+SELECT count(*) AS leftovers FROM pg_namespace WHERE nspname = 'rendezvous';
+REVOKE rendezvous_admin FROM rendezvous_regress_creator;
+ALTER ROLE rendezvous_observer NOLOGIN;
+-- Safe again: adopted.
+CREATE EXTENSION pg_rendezvous;
+SELECT extversion IS NOT NULL AS installed FROM pg_extension WHERE extname = 'pg_rendezvous';
+\c rendezvous_regress
+DROP DATABASE rendezvous_regress_roles;
+DROP ROLE rendezvous_regress_creator;

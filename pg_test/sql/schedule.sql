@@ -217,6 +217,19 @@ SELECT count(*) FROM rendezvous.due_firings(5000) WHERE task_id = 'year-backlog'
 RESET statement_timeout;
 SELECT rendezvous.unschedule_task('year-backlog');
 
+-- Many tasks catching up at once: one call makes at most 10,000 firings in all, each task its
+-- share (30 tasks 10 minutes behind: 333 each, not 600 or 1,000 each); the next calls the rest.
+SELECT count(rendezvous.schedule_task('many-' || i, rendezvous.every('1 second'), catch_up => 'all', catch_up_window => '1 hour', overlap => 'allow'))
+  FROM generate_series(1, 30) i;
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '10 minutes' WHERE task_id LIKE 'many-%';
+SELECT count(*) FROM rendezvous.due_firings(1);
+SELECT count(*) AS made, count(DISTINCT task_id) AS tasks, max(n) AS most_of_one_task
+  FROM (SELECT task_id, count(*) OVER (PARTITION BY task_id) AS n FROM rendezvous.firings WHERE task_id LIKE 'many-%') f;
+SELECT count(*) FROM rendezvous.due_firings(1);
+SELECT count(*) > 9990 AS the_rest_follows FROM rendezvous.firings WHERE task_id LIKE 'many-%';
+SELECT count(rendezvous.unschedule_task('many-' || i)) FROM generate_series(1, 30) i;
+DELETE FROM rendezvous.firings;
+
 -- One task that cannot be planned stops nobody else's scheduling: set aside with its error
 -- (visible in status_tasks), the others' firings are made; registering it again clears it.
 SELECT rendezvous.schedule_task('healthy', rendezvous.every('1 second'), overlap => 'allow') IS NOT NULL;

@@ -53,3 +53,8 @@ COMMENT ON COLUMN rendezvous.tasks.plan_error IS
     'Why making this task''s firings failed (its fire times are not made, other tasks''s are); schedule_task clears it.';
 -- A lease is at most a day (_check_lease refuses more); tasks registered with more keep a day.
 UPDATE rendezvous.tasks SET lease = interval '1 day' WHERE lease > interval '1 day';
+
+-- A pass makes a bounded number of firings in all (#24): the catch-up planner takes each
+-- task's share (a new signature), and the pass its budget.
+DROP FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz);
+DROP FUNCTION rendezvous._make_due_firings(timestamptz, integer);
