@@ -18,8 +18,10 @@ use tokio_postgres::Client;
 /// How many leadership changes the page remembers.
 const HISTORY: usize = 50;
 
-/// Sample keys the HRW share of each host is estimated over.
-const SHARE_SAMPLE: usize = 20_000;
+/// The most hosts the page lists one by one; beyond, it lists stale hosts first and says how
+/// many more there are (a page of thousands of rows every two seconds costs the browser and
+/// the dashboard more than it tells anyone).
+const MAX_HOST_ROWS: usize = 100;
 
 /// A leadership change: when it was seen, the group, its leader (none), the epoch.
 type Change = (SystemTime, String, Option<String>, i64);
@@ -184,25 +186,18 @@ fn s(v: &Value) -> String {
     }
 }
 
-/// Each live host's share of keys (HRW over the live set, weights included), estimated over
-/// sample keys with the same code the servers and clients use.
-fn shares(hosts: &[Value]) -> Vec<(String, f64)> {
-    let live: Vec<(String, f64)> = hosts
+/// Each live host's share of keys: its weight over the live hosts' total, which is what
+/// weighted HRW gives each host (docs/hrw.md). Exact, and O(hosts): estimating it by sampling
+/// keys cost a second a refresh with 2,000 hosts.
+fn shares(hosts: &[Value]) -> std::collections::HashMap<&str, f64> {
+    let live: Vec<(&str, f64)> = hosts
         .iter()
         .filter(|h| h["live"] == true)
-        .map(|h| (h["host_id"].as_str().unwrap_or("").to_owned(), h["weight"].as_f64().unwrap_or(1.0)))
+        .map(|h| (h["host_id"].as_str().unwrap_or(""), h["weight"].as_f64().unwrap_or(1.0)))
+        .filter(|(_, w)| w.is_finite() && *w > 0.0)
         .collect();
-    let Ok(set) = rendezvous_client::HostSet::weighted(live.iter().map(|(h, w)| (h.as_str(), *w))) else {
-        return Vec::new();
-    };
-    let mut counts: std::collections::BTreeMap<String, usize> =
-        live.iter().map(|(h, _)| (h.clone(), 0)).collect();
-    for i in 0..SHARE_SAMPLE {
-        if let Some(w) = set.winner(&format!("sample-key-{i}")) {
-            *counts.entry(w.to_owned()).or_default() += 1;
-        }
-    }
-    counts.into_iter().map(|(h, c)| (h, c as f64 / SHARE_SAMPLE as f64)).collect()
+    let total: f64 = live.iter().map(|(_, w)| w).sum();
+    live.into_iter().map(|(h, w)| (h, w / total)).collect()
 }
 
 /// The page's content.
@@ -220,9 +215,15 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     o.push_str("</p><div class=\"grid\"><div>");
 
     o.push_str("<h2>Hosts</h2><table id=\"hosts\"><tr><th>host</th><th>state</th><th>weight</th><th>last heartbeat</th><th>share of keys</th></tr>");
-    for h in &hosts {
+    // Stale hosts first when not all fit: they are the ones to look at.
+    let mut listed: Vec<&Value> = hosts.iter().collect();
+    if listed.len() > MAX_HOST_ROWS {
+        listed.sort_by_key(|h| h["live"] == true);
+        listed.truncate(MAX_HOST_ROWS);
+    }
+    for h in &listed {
         let id = h["host_id"].as_str().unwrap_or("");
-        let pct = share.iter().find(|(x, _)| x == id).map(|(_, p)| *p).unwrap_or(0.0);
+        let pct = share.get(id).copied().unwrap_or(0.0);
         let live = h["live"] == true;
         let _ = write!(
             o,
@@ -237,6 +238,13 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
         );
     }
     o.push_str("</table>");
+    if hosts.len() > listed.len() {
+        let _ = write!(
+            o,
+            "<p id=\"more-hosts\">and {} more hosts (<code>rendezvous status --json</code> lists all)</p>",
+            hosts.len() - listed.len()
+        );
+    }
 
     o.push_str("<h2>Leaders</h2><table id=\"leaders\"><tr><th>group</th><th>leader</th><th>epoch</th><th>for</th></tr>");
     for l in v["leaders"].as_array().into_iter().flatten() {
@@ -334,4 +342,36 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     }
     o.push_str("</table></div></div>");
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn host(i: usize, live: bool, weight: f64) -> Value {
+        json!({"host_id": format!("h{i}"), "weight": weight, "seconds_since_heartbeat": 1.0, "live": live})
+    }
+
+    #[test]
+    fn shares_are_weight_over_the_live_total() {
+        let hosts = vec![host(1, true, 1.0), host(2, true, 3.0), host(3, false, 4.0)];
+        let share = shares(&hosts);
+        assert_eq!(share.len(), 2);
+        assert!((share["h1"] - 0.25).abs() < 1e-12 && (share["h2"] - 0.75).abs() < 1e-12);
+    }
+
+    /// Thousands of hosts: the page lists the stale ones and a hundred rows in all, and says
+    /// how many more there are.
+    #[test]
+    fn a_large_fleet_is_summarised() {
+        let mut hosts: Vec<Value> = (0..5000).map(|i| host(i, true, 1.0)).collect();
+        hosts[4321] = host(4321, false, 1.0);
+        let v = json!({"hosts": hosts, "leaders": [], "replication": {}});
+        let page = render(&v, &VecDeque::new());
+        assert_eq!(page.matches("<tr><td>").count(), MAX_HOST_ROWS, "host rows");
+        assert!(page.contains("<td>h4321</td><td class=\"stale\">"), "the stale host is listed");
+        assert!(page.contains("and 4900 more hosts"), "summary");
+        assert!(page.contains("live hosts: <b id=\"live-hosts\">4999</b> of 5000"));
+    }
 }
