@@ -6,14 +6,16 @@
 //!
 //! Input is bounded so that no argument can exhaust the backend's memory (an allocation
 //! failure inside Rust aborts the process, and PostgreSQL then restarts every session): at
-//! most `MAX_HOSTS` hosts in at most `MAX_HOSTS_BYTES` (54000 beyond), and every loop over
-//! input checks for interrupts, so `statement_timeout` and cancel stop a call at once.
+//! most `MAX_HOSTS` hosts in at most `MAX_HOSTS_BYTES` (54000 beyond), a key of at most
+//! `MAX_KEY_BYTES`; a host set is built only once PostgreSQL has granted the memory it needs
+//! (53200 otherwise, see `errors::ensure_memory`); and every loop over input checks for
+//! interrupts, so `statement_timeout` and cancel stop a call at once.
 use pgrx::pg_sys::FunctionCallInfo;
 use pgrx::prelude::*;
 use rendezvous_hrw::HostSet;
 
 use crate::call_cache::{arg_raw_size, cached};
-use crate::errors::{invalid_argument, null_argument, raise};
+use crate::errors::{ensure_memory, invalid_argument, null_argument, raise};
 
 // Argument positions of `hosts` and `weights`, the arguments the host-set cache is keyed by.
 const HOSTS: usize = 1;
@@ -46,17 +48,18 @@ fn require_key(key: Option<&str>) -> &str {
     key
 }
 
-/// Refuses a `hosts` argument larger than `MAX_HOSTS_BYTES` with 54000, before anything reads it.
-fn check_hosts_size(fcinfo: FunctionCallInfo) {
+/// Refuses a `hosts` argument larger than `MAX_HOSTS_BYTES` with 54000, before anything reads
+/// it; returns its size.
+fn check_hosts_size(fcinfo: FunctionCallInfo) -> usize {
     // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
-    if let Some(size) = unsafe { arg_raw_size(fcinfo, HOSTS) } {
-        if size > MAX_HOSTS_BYTES {
-            raise(
-                PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                format!("hosts is {size} bytes; the limit is {MAX_HOSTS_BYTES}"),
-            );
-        }
+    let size = unsafe { arg_raw_size(fcinfo, HOSTS) }.unwrap_or(0);
+    if size > MAX_HOSTS_BYTES {
+        raise(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!("hosts is {size} bytes; the limit is {MAX_HOSTS_BYTES}"),
+        );
     }
+    size
 }
 
 /// Refuses a `hosts` array of more than `MAX_HOSTS` elements with 54000.
@@ -69,9 +72,16 @@ fn check_len(len: usize) {
     }
 }
 
+/// What a host set of `hosts` ids in `bytes` bytes may take in Rust: the ids copied, a member
+/// entry each, and the call-site cache's copy of the argument (`call_cache`).
+fn ensure_host_set_memory(hosts: usize, bytes: usize) {
+    ensure_memory(2 * bytes + hosts * 64, "the host set");
+}
+
 /// An unweighted host set from an array; NULL elements are skipped.
-fn unweighted_set(hosts: &Array<&str>) -> HostSet {
+fn unweighted_set(hosts: &Array<&str>, bytes: usize) -> HostSet {
     check_len(hosts.len());
+    ensure_host_set_memory(hosts.len(), bytes);
     HostSet::new(hosts.iter().enumerate().filter_map(|(i, host)| {
         if i % INTERRUPT_EVERY == 0 {
             pg_sys::check_for_interrupts!();
@@ -82,9 +92,10 @@ fn unweighted_set(hosts: &Array<&str>) -> HostSet {
 
 /// A weighted host set from parallel arrays; NULL hosts are skipped with their weight.
 /// (Validation runs only when the arrays change: see `call_cache`.)
-fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>) -> HostSet {
+fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>, bytes: usize) -> HostSet {
     let (Some(hosts), Some(weights)) = (hosts, weights) else { null_argument("hosts and weights") };
     check_len(hosts.len());
+    ensure_host_set_memory(hosts.len(), bytes);
     if hosts.len() != weights.len() {
         invalid_argument(format!(
             "hosts and weights must have the same length (got {} hosts and {} weights)",
@@ -118,10 +129,10 @@ extension_sql_file!("hrw.sql", name = "hrw_literals", requires = [ranked, ranked
 #[pg_extern(immutable, parallel_safe, name = "winner")]
 fn winner(key: Option<&str>, hosts: Option<Array<&str>>, fcinfo: FunctionCallInfo) -> Option<String> {
     let key = require_key(key);
-    check_hosts_size(fcinfo);
+    let bytes = check_hosts_size(fcinfo);
     let hosts = hosts?;
     // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
-    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts)) };
+    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts, bytes)) };
     set.winner(key).map(str::to_owned)
 }
 
@@ -134,9 +145,9 @@ fn winner_weighted(
     fcinfo: FunctionCallInfo,
 ) -> Option<String> {
     let key = require_key(key);
-    check_hosts_size(fcinfo);
+    let bytes = check_hosts_size(fcinfo);
     // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
-    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
+    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights, bytes)) };
     set.winner(key).map(str::to_owned)
 }
 
@@ -150,10 +161,10 @@ fn ranked(
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
-    check_hosts_size(fcinfo);
+    let bytes = check_hosts_size(fcinfo);
     let Some(hosts) = hosts else { return Vec::new() };
     // SAFETY: `fcinfo` is this call's and argument HOSTS is a text[].
-    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts)) };
+    let set = unsafe { cached(fcinfo, &[HOSTS], || unweighted_set(&hosts, bytes)) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 
@@ -168,9 +179,9 @@ fn ranked_weighted(
 ) -> Vec<String> {
     let key = require_key(key);
     let k = check_k(k);
-    check_hosts_size(fcinfo);
+    let bytes = check_hosts_size(fcinfo);
     // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
-    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights)) };
+    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights, bytes)) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
 }
 

@@ -246,6 +246,7 @@ fn fire_times(
     let (s, zone) = require(schedule, time_zone);
     let after = to_jiff(after.unwrap_or_else(|| null_argument("after")), "after");
     let until = to_jiff(until.unwrap_or_else(|| null_argument("until")), "until");
+    crate::errors::ensure_memory(2 * MAX_FIRE_TIMES * std::mem::size_of::<Timestamp>(), "fire_times");
     let times = s.between(&zone, after, until, MAX_FIRE_TIMES).unwrap_or_else(|()| {
         raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,

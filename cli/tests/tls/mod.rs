@@ -374,17 +374,35 @@ fn client_certificates_work_as_libpq_reads_them() {
     let with_root = format!("{base}&sslrootcert={}", root_file.display());
     let cases: Vec<(&str, String, &Path, bool)> = vec![
         ("no client certificate", with_root.clone(), &empty_home, false),
-        ("sslcert and sslkey", format!("{with_root}&sslcert={}&sslkey={}", cert.display(), key.display()), &empty_home, true),
-        ("a key others can read", format!("{with_root}&sslcert={}&sslkey={}", cert.display(), open_key.display()), &empty_home, false),
+        (
+            "sslcert and sslkey",
+            format!("{with_root}&sslcert={}&sslkey={}", cert.display(), key.display()),
+            &empty_home,
+            true,
+        ),
+        (
+            "a key others can read",
+            format!("{with_root}&sslcert={}&sslkey={}", cert.display(), open_key.display()),
+            &empty_home,
+            false,
+        ),
         (
             "an encrypted key and its sslpassword",
-            format!("{with_root}&sslcert={}&sslkey={}&sslpassword=s3cret", cert.display(), encrypted_key.display()),
+            format!(
+                "{with_root}&sslcert={}&sslkey={}&sslpassword=s3cret",
+                cert.display(),
+                encrypted_key.display()
+            ),
             &empty_home,
             true,
         ),
         (
             "an encrypted key and a wrong sslpassword",
-            format!("{with_root}&sslcert={}&sslkey={}&sslpassword=wrong", cert.display(), encrypted_key.display()),
+            format!(
+                "{with_root}&sslcert={}&sslkey={}&sslpassword=wrong",
+                cert.display(),
+                encrypted_key.display()
+            ),
             &empty_home,
             false,
         ),

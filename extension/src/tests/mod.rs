@@ -3,3 +3,4 @@
 //! suites under pg_test/, and through the client by tests/ (docs/testing.md).
 mod hrw_tests;
 mod leader_tests;
+mod memory_tests;
