@@ -271,11 +271,7 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
 
     o.push_str("<h2>Tasks</h2><table id=\"tasks\"><tr><th>task</th><th>schedule</th><th>next</th><th>running</th><th>waiting</th><th>failed</th><th>last error</th></tr>");
     for t in v["tasks"].as_array().into_iter().flatten() {
-        let next = match (t["paused"].as_bool(), t["next_fire_in_seconds"].as_f64()) {
-            (Some(true), _) => "paused".to_owned(),
-            (_, Some(x)) => format!("in {x:.1} s"),
-            (_, None) => "never".to_owned(),
-        };
+        let next = esc(&crate::status::next_fire(t));
         let _ = write!(
             o,
             "<tr><td>{}</td><td><code>{}</code> {}</td><td>{next}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",

@@ -247,6 +247,19 @@ pub fn escape_controls(s: &str) -> String {
         .collect()
 }
 
+/// When a task fires next, for a person. A fire time long past means no host is making the
+/// task's firings (they are made by hosts' polls): said so, rather than "next in -250 s".
+pub fn next_fire(task: &Value) -> String {
+    match (task["paused"].as_bool(), task["next_fire_in_seconds"].as_f64()) {
+        (Some(true), _) => "paused".to_owned(),
+        (_, Some(s)) if s >= 0.0 => format!("next in {s:.1} s"),
+        // Between two polls of a scheduler.
+        (_, Some(s)) if s > -5.0 => "due now".to_owned(),
+        (_, Some(s)) => format!("overdue {:.0} s (is a scheduler polling?)", -s),
+        (_, None) => "never again".to_owned(),
+    }
+}
+
 /// The status for a person, as text.
 fn render(v: &Value) -> String {
     use std::fmt::Write;
@@ -285,11 +298,7 @@ fn render(v: &Value) -> String {
     }
     let _ = writeln!(out, "tasks");
     for t in v["tasks"].as_array().into_iter().flatten() {
-        let next = match (t["paused"].as_bool(), t["next_fire_in_seconds"].as_f64()) {
-            (Some(true), _) => "paused".to_owned(),
-            (_, Some(s)) => format!("next in {s:.1} s"),
-            (_, None) => "never again".to_owned(),
-        };
+        let next = next_fire(t);
         let _ = writeln!(
             out,
             "  {:<24} {:<20} {:<14} {} running, {} waiting, {} failed, {} skipped{}",
@@ -418,5 +427,20 @@ mod tests {
                 assert!(typed.contains(name), "{name} has no TYPE line");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod next_fire_tests {
+    use super::*;
+
+    #[test]
+    fn a_fire_time_long_past_says_nobody_is_polling() {
+        let task = |paused: bool, s: Option<f64>| json!({"paused": paused, "next_fire_in_seconds": s});
+        assert_eq!(next_fire(&task(false, Some(12.34))), "next in 12.3 s");
+        assert_eq!(next_fire(&task(false, Some(-1.0))), "due now");
+        assert_eq!(next_fire(&task(false, Some(-250.0))), "overdue 250 s (is a scheduler polling?)");
+        assert_eq!(next_fire(&task(true, Some(-250.0))), "paused");
+        assert_eq!(next_fire(&task(false, None)), "never again");
     }
 }

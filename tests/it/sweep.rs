@@ -10,7 +10,15 @@ use rendezvous_tests::TestDb;
 /// Values to try for an argument of a SQL type: the first is an ordinary one, the rest are bad.
 fn values(sql_type: &str) -> &'static [&'static str] {
     match sql_type {
-        "text" => &["'k'", "NULL", "''", "repeat('x', 300)", "repeat('é', 100000)", "repeat('x', 1048577)", "'{a,b'"],
+        "text" => &[
+            "'k'",
+            "NULL",
+            "''",
+            "repeat('x', 300)",
+            "repeat('é', 100000)",
+            "repeat('x', 1048577)",
+            "'{a,b'",
+        ],
         "text[]" => &[
             "ARRAY['a','b']",
             "NULL",
