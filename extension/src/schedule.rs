@@ -19,7 +19,7 @@ use crate::errors::{invalid_argument, null_argument, raise};
 extension_sql_file!(
     "schedule.sql",
     name = "schedule",
-    requires = ["checks", "firing", fire_times, plan_firings, next_fire_time, check_schedule]
+    requires = ["checks", "firing", fire_times, plan_firings_bounded, next_fire_time, check_schedule]
 );
 
 /// The most fire times one `fire_times` call returns (54000 beyond): a range that would
@@ -299,7 +299,7 @@ fn next_fire_time(
 ///
 /// `skipped` counts at most `MAX_FIRE_TIMES` a pass.
 #[pg_extern(immutable, parallel_safe, name = "_plan_firings")]
-fn plan_firings(
+fn plan_firings_bounded(
     schedule: &str,
     time_zone: &str,
     catch_up: &str,
@@ -315,6 +315,51 @@ fn plan_firings(
         name!(next_fire_at, Option<TimestampWithTimeZone>),
     ),
 > {
+    plan(schedule, time_zone, catch_up, window, from, now, max_run)
+}
+
+/// What 0.2.0's declaration of `rendezvous._plan_firings` (six arguments) calls: this library
+/// serves the old SQL until `ALTER EXTENSION … UPDATE`, with 0.2.0's 1,000 a task a pass.
+#[pg_extern(immutable, parallel_safe, sql = false)]
+fn plan_firings(
+    schedule: &str,
+    time_zone: &str,
+    catch_up: &str,
+    window: Interval,
+    from: TimestampWithTimeZone,
+    now: TimestampWithTimeZone,
+) -> TableIterator<
+    'static,
+    (
+        name!(run_at, Vec<TimestampWithTimeZone>),
+        name!(skipped, i64),
+        name!(next_fire_at, Option<TimestampWithTimeZone>),
+    ),
+> {
+    plan(schedule, time_zone, catch_up, window, from, now, MAX_CATCH_UP as i32)
+}
+
+/// `_plan_firings`'s result: the fire times to run now, how many were skipped, the next one.
+/// (Spelled out in each `#[pg_extern]`: pgrx reads a set-returning function's columns from
+/// its signature.)
+type PlannedFirings = TableIterator<
+    'static,
+    (
+        name!(run_at, Vec<TimestampWithTimeZone>),
+        name!(skipped, i64),
+        name!(next_fire_at, Option<TimestampWithTimeZone>),
+    ),
+>;
+
+fn plan(
+    schedule: &str,
+    time_zone: &str,
+    catch_up: &str,
+    window: Interval,
+    from: TimestampWithTimeZone,
+    now: TimestampWithTimeZone,
+    max_run: i32,
+) -> PlannedFirings {
     let (s, zone) = require(Some(schedule), Some(time_zone));
     let window_start = to_jiff(now - window, "now - catch_up_window");
     let (from, now) = (to_jiff(from, "from"), to_jiff(now, "now"));
