@@ -149,7 +149,9 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
 ///
 /// `database` is a URL (`postgres://user@host/db?...` or `host=... dbname=...`, multi-host
 /// URLs with `target_session_attrs=read-write` included, TLS as libpq's `sslmode`,
-/// `sslrootcert`, `sslcert`, … say: see [`database`]) or a [`Database`] of your own settings. The session's `application_name` is `rendezvous` unless the URL sets one.
+/// `sslrootcert`, `sslcert`, … say: see [`database`]) or a [`Database`] of your own settings.
+/// The session's `application_name` is the program's name and ` (rendezvous client)`
+/// (`billing-api (rendezvous client)`) unless the URL sets one; [`connect_as`] names it.
 ///
 /// ```no_run
 /// # async fn run() -> rendezvous_client::Result<()> {
@@ -160,7 +162,25 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
 /// # }
 /// ```
 pub async fn connect(database: impl Into<Database>) -> Result<tokio_postgres::Client> {
-    connect_as(database, "rendezvous").await
+    connect_as(database, &default_application_name()).await
+}
+
+/// The session name [`connect`] gives: the program's own name, marked as made through this
+/// client (`billing-api (rendezvous client)`), so an application's sessions are told apart
+/// from the library's own (`rendezvous scheduler <host>`, …) in `pg_stat_activity`. At most
+/// 63 bytes, PostgreSQL's limit.
+pub(crate) fn default_application_name() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "application".to_owned());
+    let suffix = " (rendezvous client)";
+    let mut name: String = program.chars().filter(|c| !c.is_control()).collect();
+    while name.len() + suffix.len() > 63 {
+        name.pop();
+    }
+    name + suffix
 }
 
 /// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
@@ -271,4 +291,16 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         replication::forget(pid);
     }
     Ok(Watched { client, closed, notifications, pid })
+}
+
+#[cfg(test)]
+mod tests {
+    /// `connect`'s session name says whose it is: this program's, through the client.
+    #[test]
+    fn the_default_session_name_is_the_programs() {
+        let name = super::default_application_name();
+        assert!(name.ends_with(" (rendezvous client)"), "{name}");
+        assert!(!name.starts_with(" (rendezvous"), "{name}");
+        assert!(name.len() <= 63, "{name}");
+    }
 }
