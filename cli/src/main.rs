@@ -20,6 +20,18 @@ async fn main() {
     std::process::exit(code);
 }
 
+/// The `--database-url` (or `DATABASE_URL`) a subcommand needs; without it, clap's usage
+/// error for that subcommand, and exit status 2.
+fn require_url(url: Option<String>, subcommand: &str) -> String {
+    if let Some(url) = url.filter(|u| !u.is_empty()) {
+        return url;
+    }
+    let mut cli = Cli::command();
+    cli.build();
+    let sub = cli.find_subcommand_mut(subcommand).expect("a subcommand");
+    sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL").exit()
+}
+
 async fn run(command: Command) -> Result<i32, String> {
     match command {
         Command::Fleet(opts) => {
@@ -28,14 +40,7 @@ async fn run(command: Command) -> Result<i32, String> {
             Ok(if report.pass() { 0 } else { 1 })
         }
         Command::Status(args) => {
-            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
-                let mut cli = Cli::command();
-                cli.build();
-                let status = cli.find_subcommand_mut("status").expect("status is a subcommand");
-                status
-                    .error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
-                    .exit()
-            };
+            let url = require_url(args.url, "status");
             // Status only prints (it owns no cluster or process to clean up): when the reader
             // of its output goes away (`| head`), end quietly as Unix tools do instead of
             // panicking on the broken pipe.
@@ -62,25 +67,12 @@ async fn run(command: Command) -> Result<i32, String> {
             Ok(0)
         }
         Command::Dashboard(args) => {
-            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
-                let mut cli = Cli::command();
-                cli.build();
-                let sub = cli.find_subcommand_mut("dashboard").expect("dashboard is a subcommand");
-                sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
-                    .exit()
-            };
+            let url = require_url(args.url, "dashboard");
             dashboard::serve(url, args.listen, args.allow_hosts).await?;
             Ok(0)
         }
         Command::Admin(args) => {
-            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
-                let mut cli = Cli::command();
-                cli.build();
-                let admin = cli.find_subcommand_mut("admin").expect("admin is a subcommand");
-                admin
-                    .error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
-                    .exit()
-            };
+            let url = require_url(args.url, "admin");
             let client = rendezvous_client::connect(url.as_str()).await.map_err(|e| e.to_string())?;
             rendezvous_client::check_extension(&client).await.map_err(|e| e.to_string())?;
             match admin::run(&client, &args.action).await? {
@@ -95,13 +87,7 @@ async fn run(command: Command) -> Result<i32, String> {
             }
         }
         Command::Check(args) => {
-            let Some(url) = args.url.filter(|u| !u.is_empty()) else {
-                let mut cli = Cli::command();
-                cli.build();
-                let sub = cli.find_subcommand_mut("check").expect("check is a subcommand");
-                sub.error(ErrorKind::MissingRequiredArgument, "give --database-url URL, or set DATABASE_URL")
-                    .exit()
-            };
+            let url = require_url(args.url, "check");
             check::run(&url).await
         }
         Command::Cluster { command: ClusterCommand::Run(r) } => cluster::run(&r.options(), &r.command).await,
