@@ -244,19 +244,20 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name(application_name);
         }
+        // libpq ignores sslmode over Unix sockets (the server offers no TLS there), so no
+        // certificate file is read for them either.
+        let unix_only = config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
         let (connector, mode) = match tls {
-            Tls::Connector(c) => (c.clone(), None),
+            Tls::Connector(c) => (c.clone(), unix_only.then_some(SslMode::Disable)),
             Tls::Settings(s) => {
-                let mode =
-                    s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?;
+                let mode = if unix_only {
+                    SslMode::Disable
+                } else {
+                    s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?
+                };
                 (connector(s, mode)?, Some(mode))
             }
         };
-        // libpq ignores sslmode over Unix sockets (the server offers no TLS there).
-        if config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_))) {
-            config.ssl_mode(DriverMode::Disable);
-            return config.connect(connector).await.map_err(Error::Connect);
-        }
         let attempt = |config: &tokio_postgres::Config, ssl: DriverMode| {
             let mut config = config.clone();
             config.ssl_mode(ssl);

@@ -294,6 +294,28 @@ fn tls_accepts_and_refuses_exactly_what_libpq_does() {
             }
         }
     }
+    // Over the Unix socket libpq ignores sslmode, and reads no certificate file: a missing
+    // root file does not fail verify-full there (only sslrootcert=system with a weak mode does,
+    // as everywhere).
+    for mode in modes {
+        for (root_label, root, cert_file) in &roots {
+            let mut url = format!(
+                "postgresql://postgres@/postgres?host={}&port={}&sslmode={mode}",
+                dir.display(),
+                cluster.port
+            );
+            if let Some(r) = root {
+                url.push_str(&format!("&sslrootcert={r}"));
+            }
+            let (want, why_not) = by_psql(&psql, &url, &home, *cert_file);
+            let (got, said) = by_client(&url, &home, *cert_file);
+            if want != got {
+                mismatches.push(format!(
+                    "unix socket {mode} {root_label}: psql {want:?} ({why_not}), client {got:?} ({said})"
+                ));
+            }
+        }
+    }
     assert!(
         mismatches.is_empty(),
         "{} of {} cases differ from libpq:\n{}",
