@@ -428,11 +428,6 @@ mod tests {
             }
         }
     }
-}
-
-#[cfg(test)]
-mod next_fire_tests {
-    use super::*;
 
     #[test]
     fn a_fire_time_long_past_says_nobody_is_polling() {

@@ -37,14 +37,19 @@ const INTERRUPT_EVERY: usize = 1024;
 /// backend for seconds). Keys are names, not documents: hash a large value first.
 pub(crate) const MAX_KEY_BYTES: usize = 1 << 20;
 
-fn require_key(key: Option<&str>) -> &str {
-    let key = key.unwrap_or_else(|| null_argument("key"));
-    if key.len() > MAX_KEY_BYTES {
+/// Refuses with 54000 a text longer than `MAX_KEY_BYTES` that is about to be hashed.
+fn check_hashed(what: &str, value: &str) {
+    if value.len() > MAX_KEY_BYTES {
         raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("key is {} bytes; the limit is {MAX_KEY_BYTES}", key.len()),
+            format!("{what} is {} bytes; the limit is {MAX_KEY_BYTES}", value.len()),
         );
     }
+}
+
+fn require_key(key: Option<&str>) -> &str {
+    let key = key.unwrap_or_else(|| null_argument("key"));
+    check_hashed("key", key);
     key
 }
 
@@ -190,12 +195,7 @@ fn ranked_weighted(
 fn score(key: Option<&str>, host: Option<&str>) -> i64 {
     let key = require_key(key);
     let host = host.unwrap_or_else(|| null_argument("host"));
-    if host.len() > MAX_KEY_BYTES {
-        raise(
-            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-            format!("host is {} bytes; the limit is {MAX_KEY_BYTES}", host.len()),
-        );
-    }
+    check_hashed("host", host);
     rendezvous_hrw::score(key, host) as i64
 }
 
