@@ -277,6 +277,11 @@ impl Cluster {
         self.pg_ctl_mode("stop", "immediate")
     }
 
+    /// Starts a server stopped by [`kill`](Self::kill) again (through crash recovery).
+    pub fn start_again(&self) -> Result<(), String> {
+        self.pg_ctl("start")
+    }
+
     /// Restarts the server (every session ends, session locks with them).
     pub fn restart(&self) -> Result<(), String> {
         self.pg_ctl("restart")

@@ -282,7 +282,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     scheduler.shutdown(Duration::from_secs(1)).await.map_err(e)?;
-    elector.shutdown().await.map_err(e)?;
+    elector.shutdown(Duration::from_secs(10)).await.map_err(e)?;
     Ok(())
 }
 

@@ -79,7 +79,7 @@ async fn main() -> Result<()> {
     print_shares(&before);
 
     println!("\nhost-3 leaves (graceful shutdown):");
-    hosts.remove("host-3").unwrap().shutdown().await?;
+    hosts.remove("host-3").unwrap().shutdown(Duration::from_secs(10)).await?;
     let (_, after_leave) = owners(&client).await?;
     let moved = print_moves(&before, &after_leave);
     let owned_by_3 = before.iter().filter(|o| *o == "host-3").count();
@@ -97,7 +97,7 @@ async fn main() -> Result<()> {
     print_shares(&after_join);
 
     for (_, m) in hosts {
-        m.shutdown().await?;
+        m.shutdown(Duration::from_secs(10)).await?;
     }
     let left = membership::live_hosts(&client, membership::DEFAULT_STALENESS).await?;
     println!("\nall hosts shut down; live set now: {:?}", left);

@@ -90,5 +90,6 @@ async fn main() -> Result<()> {
             }
         }
     }
-    elector.shutdown().await
+    elector.shutdown(Duration::from_secs(10)).await?;
+    Ok(())
 }

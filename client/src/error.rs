@@ -56,6 +56,10 @@ pub enum Error {
     /// A background task panicked or was cancelled.
     #[error("background task failed: {0}")]
     TaskFailed(String),
+    /// A [`Pool`](crate::Pool) had no connection to give within its wait timeout (all in use),
+    /// or was closed.
+    #[error("no pooled connection: {0}")]
+    PoolTimeout(String),
     /// Could not connect.
     #[error("cannot connect to the database: {}", describe(.0))]
     Connect(#[source] tokio_postgres::Error),
@@ -139,6 +143,22 @@ impl Error {
     }
 }
 
+/// The most bytes an id may have (host ids, task ids, tenant ids, group names, candidates):
+/// the extension's `rendezvous._max_id_bytes()`, which a test checks this equals.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Refuses an empty id or one longer than [`MAX_ID_BYTES`] before anything is sent, with the
+/// one message every part of the client uses.
+pub(crate) fn check_id(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() || value.len() > MAX_ID_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be 1 to {MAX_ID_BYTES} bytes (got {} bytes)",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +177,7 @@ mod tests {
             Error::ClaimLost(_) => "ClaimLost",
             Error::NotReplicated(_) => "NotReplicated",
             Error::TaskFailed(_) => "TaskFailed",
+            Error::PoolTimeout(_) => "PoolTimeout",
             Error::Connect(_) => "Connect",
             Error::Db(_) => "Db",
         }
@@ -173,6 +194,7 @@ mod tests {
         "ClaimLost",
         "NotReplicated",
         "TaskFailed",
+        "PoolTimeout",
         "Connect",
         "Db",
     ];
@@ -184,7 +206,7 @@ mod tests {
         {
             assert!(VARIANTS.contains(&variant_name(&e)));
         }
-        assert_eq!(VARIANTS.len(), 12, "name a new variant in variant_name and VARIANTS");
+        assert_eq!(VARIANTS.len(), 13, "name a new variant in variant_name and VARIANTS");
     }
 
     /// docs/client.md's error table names each variant once, in the enum's order, and nothing else.

@@ -36,7 +36,7 @@ impl Firing {
 }
 
 /// The longest task id the extension takes, in bytes.
-pub const MAX_TASK_ID_BYTES: usize = crate::MAX_ID_BYTES;
+pub const MAX_TASK_ID_BYTES: usize = crate::error::MAX_ID_BYTES;
 
 /// Seconds from 1970-01-01 to 2000-01-01, PostgreSQL's epoch.
 const PG_EPOCH_UNIX_SECS: u64 = 946_684_800;
@@ -78,7 +78,7 @@ fn pg_micros(t: SystemTime) -> i128 {
 /// # Ok::<(), rendezvous_client::Error>(())
 /// ```
 pub fn firing_key(task_id: &str, fire_at: SystemTime) -> Result<String> {
-    crate::check_id("task_id", task_id)?;
+    crate::error::check_id("task_id", task_id)?;
     if task_id.contains('\0') {
         return Err(Error::InvalidArgument("task_id must not contain a NUL byte".into()));
     }

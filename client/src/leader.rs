@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Notification};
 
+use crate::background::{Background, ShutdownReport};
 use crate::{replication, signals, sql, Database, Error, Result};
 
 /// One claim attempt's answer (`rendezvous.try_lead`).
@@ -148,13 +148,17 @@ pub struct Leadership {
     pub leader: Option<String>,
     /// Why the elector is in this state, in words (for logs and status pages).
     pub reason: String,
+    /// When the last term ended at an operator's request (`rendezvous.request_step_down`, or
+    /// `rendezvous admin step-down`): the reason they gave (empty when none).
+    pub operator_reason: Option<String>,
 }
 
 /// One group's leader election for one candidate, on a dedicated connection.
 ///
 /// Gate every leader-only action on [`is_leader`](Self::is_leader) (a cheap local read), and
 /// fence leader-only writes with [`assert_leader`] and [`epoch`](Self::epoch) in the same
-/// transaction.
+/// transaction. Cheap to clone: hand clones to the tasks that gate on it; the election stops at
+/// [`shutdown`](Self::shutdown) or when the last clone is dropped.
 ///
 /// ```no_run
 /// use rendezvous_client::{leader, LeaderElector, LeaderOptions};
@@ -177,10 +181,11 @@ pub struct Leadership {
 ///     }
 ///     println!("leadership: {:?}", *changes.borrow());
 /// }
-/// elector.shutdown().await?; // a leader resigns, so a follower takes over at once
+/// elector.shutdown(std::time::Duration::from_secs(5)).await?; // a leader resigns: a follower takes over at once
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct LeaderElector {
     group: String,
     candidate: String,
@@ -188,8 +193,8 @@ pub struct LeaderElector {
     /// Nanoseconds since `base` until which leadership is confirmed (0: not leading).
     valid_until: Arc<AtomicU64>,
     base: Instant,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<Result<()>>,
+    /// The election task; its result says whether it resigned a term when stopped.
+    background: Arc<Background<Result<bool>>>,
 }
 
 impl std::fmt::Debug for LeaderElector {
@@ -212,20 +217,21 @@ impl LeaderElector {
         candidate: &str,
         options: LeaderOptions,
     ) -> Result<LeaderElector> {
-        crate::check_id("group", group)?;
-        crate::check_id("candidate", candidate)?;
+        crate::error::check_id("group", group)?;
+        crate::error::check_id("candidate", candidate)?;
         if options.refresh.is_zero() || options.lease() < options.refresh {
             return Err(Error::InvalidArgument("refresh must be > 0 and lease >= refresh".into()));
         }
         let database = database.into();
-        let probe = crate::connect(&database).await?;
-        crate::check_extension(&probe).await?;
+        let probe = crate::connection::connect(&database).await?;
+        crate::connection::check_extension(&probe).await?;
         drop(probe);
         let (state_tx, state) = watch::channel(Leadership {
             is_leader: false,
             epoch: None,
             leader: None,
             reason: "starting".into(),
+            operator_reason: None,
         });
         let (stop, stop_rx) = watch::channel(false);
         let valid_until = Arc::new(AtomicU64::new(0));
@@ -248,8 +254,7 @@ impl LeaderElector {
             state,
             valid_until,
             base,
-            stop,
-            task,
+            background: Arc::new(Background::new(stop, task)),
         })
     }
 
@@ -288,21 +293,32 @@ impl LeaderElector {
         &self.candidate
     }
 
-    /// Stops electing; a leader resigns first, so a follower takes over at once.
-    pub async fn shutdown(self) -> Result<()> {
-        let _ = self.stop.send(true);
-        let outcome = self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?;
+    /// Stops electing, for every clone of this handle; a leader resigns first, so a follower
+    /// takes over at once ([`ShutdownReport::released`] is 1), within `deadline` (past it, the
+    /// session is dropped, and the server gives the lock back when it sees the session end).
+    pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
+        let stopped = self.background.stop(deadline).await;
         self.valid_until.store(0, Ordering::Release);
-        match outcome {
-            // A detected pooler already stopped the elector; shutdown itself succeeded.
-            Err(Error::PoolerDetected(_)) => Ok(()),
-            other => other,
+        let mut report = ShutdownReport::default();
+        if let Some(Some(outcome)) = stopped {
+            report.on_time = true;
+            match outcome? {
+                Ok(resigned) => report.released = u64::from(resigned),
+                // A detected pooler already stopped the elector; shutdown itself succeeded.
+                Err(Error::PoolerDetected(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
+        Ok(report)
     }
 
-    /// Waits until the background task ends (it ends by itself only on a detected pooler).
+    /// Waits until the background task ends (it ends by itself only on a detected pooler, which
+    /// it returns).
     pub async fn join(self) -> Result<()> {
-        self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?
+        match self.background.join().await {
+            Some(outcome) => outcome?.map(|_| ()),
+            None => Ok(()),
+        }
     }
 }
 
@@ -313,6 +329,23 @@ struct Session {
     pid: i32,
     closed: oneshot::Receiver<()>,
     announcements: mpsc::Receiver<Notification>,
+    warnings: mpsc::Receiver<String>,
+}
+
+/// The server says "stepping down from group … at an operator's request: <reason>" on the
+/// leader's session as it ends a term that `request_step_down` asked to end.
+const OPERATOR_REQUEST: &str = "at an operator's request";
+
+/// The reason of an operator's step-down request among the session's warnings, if one came
+/// (empty when they gave none).
+fn operator_request(warnings: &mut mpsc::Receiver<String>) -> Option<String> {
+    let mut found = None;
+    while let Ok(w) = warnings.try_recv() {
+        if let Some((_, rest)) = w.split_once(OPERATOR_REQUEST) {
+            found = Some(rest.strip_prefix(": ").unwrap_or(rest).to_owned());
+        }
+    }
+    found
 }
 
 /// How soon a follower claims again when the lock is held but nobody is recorded as leader (a
@@ -331,44 +364,47 @@ struct Run {
 }
 
 enum Held {
-    /// Stop was asked (and the lock was handed back).
-    Stopped,
+    /// Stop was asked; `resigned`: a term was handed back.
+    Stopped { resigned: bool },
     /// Lost the lock or the session; reconnect and compete again.
     Lost,
 }
 
 impl Run {
-    async fn run(mut self) -> Result<()> {
+    /// Elects until stopped; true when it resigned a term on the way out.
+    async fn run(mut self) -> Result<bool> {
         let mut connected_before = false;
         loop {
             if *self.stop.borrow() {
-                return Ok(());
+                return Ok(false);
             }
             let connecting = tokio::time::timeout(self.options.refresh, self.connect());
-            let mut session =
-                match connecting.await.unwrap_or_else(|_| Err(crate::no_answer(self.options.refresh))) {
-                    Ok(s) => {
-                        if std::mem::replace(&mut connected_before, true) {
-                            metrics::counter!(signals::RECONNECTS, "component" => "leader").increment(1);
-                        }
-                        s
+            let mut session = match connecting
+                .await
+                .unwrap_or_else(|_| Err(crate::connection::no_answer(self.options.refresh)))
+            {
+                Ok(s) => {
+                    if std::mem::replace(&mut connected_before, true) {
+                        metrics::counter!(signals::RECONNECTS, "component" => "leader").increment(1);
                     }
-                    Err(e) => {
-                        self.follower(None, None, format!("cannot reach the database: {e}"));
-                        if self.pause(self.options.refresh).await {
-                            return Ok(());
-                        }
-                        continue;
+                    s
+                }
+                Err(e) => {
+                    self.follower(None, None, format!("cannot reach the database: {e}"));
+                    if self.pause(self.options.refresh).await {
+                        return Ok(false);
                     }
-                };
+                    continue;
+                }
+            };
             match self.compete(&mut session).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
+                Ok(Held::Stopped { resigned }) => return Ok(resigned),
+                Ok(Held::Lost) => {
                     // A term just ended (asked to step down, lock or session lost): sit out one
                     // refresh, so a follower, woken by the announcement, takes over first rather
                     // than racing this elector back into the term it gave up.
                     if self.pause(self.options.refresh).await {
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
                 Err(e @ Error::PoolerDetected(_)) => {
@@ -378,15 +414,15 @@ impl Run {
                 Err(e) => {
                     self.follower(None, None, format!("election failed: {e}"));
                     if self.pause(self.options.refresh / 5).await {
-                        return Ok(());
+                        return Ok(false);
                     }
                 }
             }
         }
     }
 
-    /// Competes on one session until it is lost (Ok(false)) or stop is asked (Ok(true)).
-    async fn compete(&mut self, session: &mut Session) -> Result<bool> {
+    /// Competes on one session until it is lost or stop is asked.
+    async fn compete(&mut self, session: &mut Session) -> Result<Held> {
         loop {
             let asked = self.base.elapsed();
             // Bounded, and stopped by a shutdown: on a primary that cannot commit, a claim can
@@ -395,22 +431,19 @@ impl Run {
             let mut stop = self.stop.clone();
             let claim = tokio::select! {
                 r = tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)) => {
-                    r.unwrap_or_else(|_| Err(crate::no_answer(self.options.refresh)))?
+                    r.unwrap_or_else(|_| Err(crate::connection::no_answer(self.options.refresh)))?
                 }
-                _ = stop.changed() => return Ok(true),
+                _ = stop.changed() => return Ok(Held::Stopped { resigned: false }),
             };
             if claim.is_leader {
-                match self.hold(session, claim.epoch, asked).await? {
-                    Held::Stopped => return Ok(true),
-                    Held::Lost => return Ok(false),
-                }
+                return self.hold(session, claim.epoch, asked).await;
             }
             self.follower(claim.leader.clone(), Some(claim.epoch), "another candidate leads".into());
             // Idle until the leader's session announces the lock free, or the next tick.
             let retry = if claim.leader.is_none() { UNRECORDED_HOLDER_RETRY } else { self.options.refresh };
             let mut stop = self.stop.clone();
             tokio::select! {
-                _ = stop.changed() => return Ok(true),
+                _ = stop.changed() => return Ok(Held::Stopped { resigned: false }),
                 _ = &mut session.closed => {
                     return Err(Error::Disconnected("connection closed while following".into()));
                 }
@@ -432,8 +465,8 @@ impl Run {
             tokio::select! {
                 _ = stop.changed() => {
                     self.step_down(Some(epoch), "shutdown", "shutting down".into());
-                    let _ = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
-                    return Ok(Held::Stopped);
+                    let resigned = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
+                    return Ok(Held::Stopped { resigned: matches!(resigned, Ok(Ok(true))) });
                 }
                 _ = &mut session.closed => {
                     self.step_down(Some(epoch), "connection_lost", "connection to the database lost".into());
@@ -444,7 +477,20 @@ impl Run {
                     match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)).await {
                         Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(asked),
                         Ok(Ok(c)) => {
-                            self.step_down(c.leader.as_ref().map(|_| c.epoch), "lock_lost", format!("lost the lock (epoch now {})", c.epoch));
+                            let epoch_now = c.leader.as_ref().map(|_| c.epoch);
+                            match operator_request(&mut session.warnings) {
+                                Some(why) => self.step_down_as(
+                                    epoch_now.or(Some(epoch)),
+                                    "operator",
+                                    if why.is_empty() {
+                                        "stepped down at an operator's request".into()
+                                    } else {
+                                        format!("stepped down at an operator's request: {why}")
+                                    },
+                                    Some(why),
+                                ),
+                                None => self.step_down(epoch_now, "lock_lost", format!("lost the lock (epoch now {})", c.epoch)),
+                            }
                             return Ok(Held::Lost);
                         }
                         Ok(Err(e @ Error::PoolerDetected(_))) => {
@@ -500,7 +546,7 @@ impl Run {
 
     async fn connect(&self) -> Result<Session> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
-        let watched = crate::connect_watched(&self.database, &name).await?;
+        let watched = crate::connection::connect_watched(&self.database, &name).await?;
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
         let pid = watched.pid;
         Ok(Session {
@@ -508,6 +554,7 @@ impl Run {
             pid,
             closed: watched.closed,
             announcements: watched.notifications,
+            warnings: watched.warnings,
         })
     }
 
@@ -540,21 +587,40 @@ impl Run {
             epoch: Some(epoch),
             leader: Some(self.candidate.clone()),
             reason: "holds the lock".into(),
+            operator_reason: None,
         });
     }
 
     /// Ends this elector's term; `kind` names the reason for the metric, `reason` says it in words.
     fn step_down(&self, epoch: Option<i64>, kind: &'static str, reason: String) {
+        self.step_down_as(epoch, kind, reason, None);
+    }
+
+    /// [`step_down`](Self::step_down), saying what the operator asked, when they did.
+    fn step_down_as(
+        &self,
+        epoch: Option<i64>,
+        kind: &'static str,
+        reason: String,
+        operator_reason: Option<String>,
+    ) {
         self.valid_until.store(0, Ordering::Release);
         tracing::warn!(group = %self.group, candidate = %self.candidate, reason = %reason, "stepped down");
         metrics::counter!(signals::TERMS_LOST, "group" => self.group.clone(), "reason" => kind).increment(1);
         metrics::gauge!(signals::LEADER, "group" => self.group.clone()).set(0.0);
-        self.state.send_replace(Leadership { is_leader: false, epoch, leader: None, reason });
+        self.state.send_replace(Leadership {
+            is_leader: false,
+            epoch,
+            leader: None,
+            reason,
+            operator_reason,
+        });
     }
 
     fn follower(&self, leader: Option<String>, epoch: Option<i64>, reason: String) {
         self.valid_until.store(0, Ordering::Release);
-        self.publish(Leadership { is_leader: false, epoch, leader, reason });
+        let operator_reason = self.state.borrow().operator_reason.clone();
+        self.publish(Leadership { is_leader: false, epoch, leader, reason, operator_reason });
     }
 
     /// Sends `next` to watchers only if it differs from what they have.

@@ -1,17 +1,19 @@
 //! Membership: heartbeats on the database clock, the live set, and a background heartbeat.
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio_postgres::GenericClient;
 
-use crate::{connect_as, signals, sql, Database, Error, Result};
+use crate::background::{Background, ShutdownReport};
+use crate::connection::connect_as;
+use crate::{signals, sql, Database, Error, Result};
 
 /// The staleness window the SQL functions use by default.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
 
 fn check_host_id(host_id: &str) -> Result<()> {
-    crate::check_id("host_id", host_id)
+    crate::error::check_id("host_id", host_id)
 }
 
 /// Marks `host_id` live now; returns the database's time of the heartbeat.
@@ -116,7 +118,9 @@ pub struct HeartbeatStatus {
 }
 
 /// A host's presence in the live set: heartbeats on its own connection in a background task
-/// until [`Membership::shutdown`], which leaves the set at once.
+/// until [`Membership::shutdown`], which leaves the set at once. Cheap to clone: clones share
+/// the heartbeat (read [`status`](Membership::status) from any task), which stops at `shutdown`
+/// or when the last clone is dropped.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -134,15 +138,15 @@ pub struct HeartbeatStatus {
 ///     eprintln!("heartbeat failing: {error}");
 /// }
 ///
-/// me.shutdown().await?; // leaves the set at once
+/// me.shutdown(Duration::from_secs(5)).await?; // leaves the set at once
 /// # Ok(())
 /// # }
 /// ```
+#[derive(Clone)]
 pub struct Membership {
     host_id: String,
-    stop: watch::Sender<bool>,
     status: watch::Receiver<HeartbeatStatus>,
-    task: JoinHandle<Result<()>>,
+    background: Arc<Background<Result<()>>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -150,7 +154,7 @@ impl std::fmt::Debug for Membership {
         f.debug_struct("Membership")
             .field("host_id", &self.host_id)
             .field("status", &*self.status.borrow())
-            .field("running", &!self.task.is_finished())
+            .field("running", &self.background.is_running())
             .finish_non_exhaustive()
     }
 }
@@ -173,17 +177,21 @@ impl Membership {
         }
         let first = async {
             let client = connect_as(&database, &session_name(host_id)).await?;
-            crate::check_extension(&client).await?;
+            crate::connection::check_extension(&client).await?;
             let first = heartbeat(&client, host_id, options.weight).await?;
             Ok::<_, Error>((client, first))
         };
         let (client, first) = tokio::time::timeout(options.call_timeout, first)
             .await
-            .unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
+            .unwrap_or_else(|_| Err(crate::connection::no_answer(options.call_timeout)))?;
         let (stop, stop_rx) = watch::channel(false);
         let (status_tx, status) = watch::channel(HeartbeatStatus { last_ok: Some(first), last_error: None });
         let task = tokio::spawn(run(database, host_id.to_owned(), options, client, stop_rx, status_tx));
-        Ok(Membership { host_id: host_id.to_owned(), stop, status, task })
+        Ok(Membership {
+            host_id: host_id.to_owned(),
+            status,
+            background: Arc::new(Background::new(stop, task)),
+        })
     }
 
     /// This host's id.
@@ -196,10 +204,26 @@ impl Membership {
         self.status.borrow().clone()
     }
 
-    /// Stops heartbeating and leaves the live set (the rest of the fleet sees it at once).
-    pub async fn shutdown(self) -> Result<()> {
-        let _ = self.stop.send(true);
-        self.task.await.map_err(|e| Error::TaskFailed(e.to_string()))?
+    /// Stops heartbeating and leaves the live set, so the rest of the fleet sees the host gone
+    /// at once; waits at most `deadline` (the leave call itself at most `call_timeout`).
+    /// [`ShutdownReport::left`] says whether the leave was recorded. Stops the heartbeat for
+    /// every clone of this handle.
+    pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
+        let mut report = ShutdownReport::default();
+        match self.background.stop(deadline).await {
+            None => {}
+            Some(None) => {}
+            Some(Some(outcome)) => {
+                report.on_time = true;
+                match outcome? {
+                    Ok(()) => report.left = true,
+                    Err(e) => {
+                        tracing::warn!(host_id = %self.host_id, error = %e, "could not leave the live set")
+                    }
+                }
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -231,7 +255,7 @@ async fn run(
         let outcome = tokio::select! {
             r = tokio::time::timeout(options.call_timeout, beat) => r.unwrap_or_else(|_| {
                 client = None;
-                Err(crate::no_answer(options.call_timeout))
+                Err(crate::connection::no_answer(options.call_timeout))
             }),
             _ = stop.changed() => break,
         };
@@ -251,7 +275,7 @@ async fn run(
     let leaving = async { leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await };
     tokio::time::timeout(options.call_timeout, leaving)
         .await
-        .unwrap_or_else(|_| Err(crate::no_answer(options.call_timeout)))?;
+        .unwrap_or_else(|_| Err(crate::connection::no_answer(options.call_timeout)))?;
     Ok(())
 }
 

@@ -41,11 +41,12 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Transaction};
 
+use crate::background::{Background, ShutdownReport};
 use crate::firing::{self, Firing};
 use crate::hrw::HostSet;
 use crate::membership::{self, DEFAULT_STALENESS};
 use crate::runs::{self, RunClaim};
-use crate::{replication, signals, sql, Database, Error, Result};
+use crate::{replication, signals, sql, Database, Error, Pool, PoolOptions, PooledClient, Result};
 
 /// What a task does with a firing whose previous one is still unfinished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -202,7 +203,7 @@ impl TaskSpec {
 /// Creates or updates a task (idempotent); returns its next fire time. Bad schedules, unknown
 /// zones and bad policies fail with SQLSTATE 22023 (22004 for a missing value).
 pub async fn schedule_task(client: &impl GenericClient, spec: &TaskSpec) -> Result<SystemTime> {
-    crate::check_id("task_id", &spec.task_id)?;
+    crate::error::check_id("task_id", &spec.task_id)?;
     let row = client
         .query_one(
             sql::SCHEDULE_TASK,
@@ -581,42 +582,6 @@ impl Counters {
     }
 }
 
-/// What [`Scheduler::shutdown`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShutdownReport {
-    /// Firings that finished within the deadline.
-    pub finished: u64,
-    /// Firings cut off at the deadline and released, so the next host takes them at once.
-    pub released: u64,
-}
-
-/// Idle connections for handlers, one per running firing at most.
-struct Pool {
-    database: Database,
-    application_name: String,
-    idle: Mutex<Vec<Client>>,
-}
-
-impl Pool {
-    async fn get(&self) -> Result<Client> {
-        loop {
-            let next = self.idle.lock().expect("pool lock").pop();
-            match next {
-                Some(c) if !c.is_closed() => return Ok(c),
-                Some(_) => continue,
-                None => return crate::connect_as(&self.database, &self.application_name).await,
-            }
-        }
-    }
-
-    fn put(&self, client: Client) {
-        if !client.is_closed() {
-            self.idle.lock().expect("pool lock").push(client);
-        }
-    }
-}
-
 /// One shared connection for lease renewals, completions and failures (never the handlers'
 /// transactions), reconnected when lost.
 struct Side {
@@ -633,7 +598,7 @@ impl Side {
         if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(crate::connect_as(&self.database, &self.application_name).await?);
+        let c = Arc::new(crate::connection::connect_as(&self.database, &self.application_name).await?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -673,7 +638,7 @@ impl Side {
                     if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
                         *slot = None;
                     }
-                    last = Some(crate::no_answer(self.timeout));
+                    last = Some(crate::connection::no_answer(self.timeout));
                 }
             }
         }
@@ -800,7 +765,7 @@ pub struct Job {
     host_id: String,
     /// Taken from the pool on first use: a handler that never touches the database holds no
     /// connection.
-    client: tokio::sync::OnceCell<Client>,
+    client: tokio::sync::OnceCell<PooledClient>,
     shared: Arc<Shared>,
     completed: Arc<AtomicBool>,
 }
@@ -856,7 +821,7 @@ impl Job {
     /// The job's connection (from the scheduler's pool, taken on first use), for reads and
     /// writes outside the fenced transaction.
     pub async fn client(&self) -> Result<&Client> {
-        self.client.get_or_try_init(|| self.shared.pool.get()).await
+        Ok(self.client.get_or_try_init(|| self.shared.pool.get()).await?)
     }
 
     /// Begins a transaction on the job's connection whose [`FencedTransaction::complete`]
@@ -872,14 +837,6 @@ impl Job {
             token: self.token,
             completed: self.completed.clone(),
         })
-    }
-}
-
-impl Drop for Job {
-    fn drop(&mut self) {
-        if let Some(c) = self.client.take() {
-            self.shared.pool.put(c);
-        }
     }
 }
 
@@ -1016,7 +973,7 @@ impl SchedulerBuilder {
     /// the scheduling loop. Configuration errors (bad schedules, unreachable database) fail
     /// here; after this, connection losses are retried by themselves.
     pub async fn start(self) -> Result<Scheduler> {
-        crate::check_id("host_id", &self.host_id)?;
+        crate::error::check_id("host_id", &self.host_id)?;
         let o = &self.options;
         if o.poll.is_zero()
             || o.max_concurrent == 0
@@ -1056,11 +1013,15 @@ impl SchedulerBuilder {
         let (completions, pending) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(complete_in_batches(side.clone(), pending));
         let shared = Arc::new(Shared {
-            pool: Pool {
-                database: self.database.clone(),
-                application_name: format!("{application_name} job"),
-                idle: Mutex::new(Vec::new()),
-            },
+            // One connection per running job at most, made on a job's first use.
+            pool: Pool::new(
+                &self.database,
+                PoolOptions::default()
+                    .with_max_size(self.options.max_concurrent)
+                    .with_wait_timeout(self.options.call_timeout)
+                    .with_connect_timeout(self.options.call_timeout)
+                    .with_application_name(format!("{application_name} job")),
+            )?,
             side: side.clone(),
             completions,
             slots: Arc::new(Semaphore::new(self.options.max_concurrent)),
@@ -1079,7 +1040,7 @@ impl SchedulerBuilder {
         let limit = shared.options.call_timeout;
         let control = tokio::time::timeout(limit, open_control(&shared))
             .await
-            .map_err(|_| crate::no_answer(limit))??;
+            .map_err(|_| crate::connection::no_answer(limit))??;
         // What an earlier process under this host id still holds runs again at once.
         let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
         if released > 0 {
@@ -1087,7 +1048,7 @@ impl SchedulerBuilder {
         }
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(run(shared.clone(), control, stop_rx));
-        Ok(Scheduler { shared, stop: stop_tx, task: Some(task) })
+        Ok(Scheduler { shared, background: Arc::new(Background::new(stop_tx, task)) })
     }
 }
 
@@ -1100,10 +1061,11 @@ impl SchedulerBuilder {
 /// firing (unless it completed it itself in a [`FencedTransaction`]); an `Err` or a panic
 /// records a failed attempt, retried with the task's backoff until its max attempts. Lost
 /// connections and terminated backends are reconnected with backoff and jitter.
+#[derive(Clone)]
 pub struct Scheduler {
     shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
-    task: Option<JoinHandle<Vec<JoinHandle<()>>>>,
+    /// The scheduling loop; it returns the jobs still running when it stopped.
+    background: Arc<Background<Vec<JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -1135,24 +1097,30 @@ impl Scheduler {
         self.shared.counters.snapshot()
     }
 
-    /// Stops claiming at once, lets running firings finish until `deadline`, releases those
-    /// still running then (so the next host takes them over at once instead of waiting out
-    /// the lease), and leaves the membership.
-    pub async fn shutdown(mut self, deadline: Duration) -> Result<ShutdownReport> {
-        let _ = self.stop.send(true);
-        let jobs = match self.task.take() {
-            Some(t) => t.await.map_err(|e| Error::TaskFailed(e.to_string()))?,
-            None => Vec::new(),
-        };
+    /// Stops claiming at once (for every clone of this handle), lets running firings and runs
+    /// finish until `deadline`, releases those still running then (so the next host takes them
+    /// over at once instead of waiting out the lease), and leaves the membership.
+    pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
         let until = Instant::now() + deadline;
-        let mut report = ShutdownReport::default();
+        let mut report = ShutdownReport { on_time: true, ..ShutdownReport::default() };
+        let jobs = match self.background.stop(deadline).await {
+            None => return Ok(ShutdownReport::default()),
+            Some(None) => {
+                report.on_time = false;
+                Vec::new()
+            }
+            Some(Some(jobs)) => jobs?,
+        };
         for mut job in jobs {
             if job.is_finished() {
                 continue;
             }
             match tokio::time::timeout_at(until.into(), &mut job).await {
                 Ok(_) => report.finished += 1,
-                Err(_) => job.abort(),
+                Err(_) => {
+                    job.abort();
+                    report.on_time = false;
+                }
             }
         }
         let mut cut_off: Vec<(String, (Work, i64))> =
@@ -1177,16 +1145,11 @@ impl Scheduler {
             let host = host.clone();
             async move { membership::leave(&*c, &host).await }
         });
-        if let Err(e) = left.await {
-            tracing::warn!(error = %e, "could not leave the membership at shutdown");
+        match left.await {
+            Ok(_) => report.left = true,
+            Err(e) => tracing::warn!(error = %e, "could not leave the membership at shutdown"),
         }
         Ok(report)
-    }
-}
-
-impl Drop for Scheduler {
-    fn drop(&mut self) {
-        let _ = self.stop.send(true);
     }
 }
 
@@ -1200,10 +1163,13 @@ struct Control {
 /// A control connection, checked, with this host's tasks registered, listening for runnable
 /// runs when the scheduler has workflows.
 async fn open_control(shared: &Shared) -> Result<Control> {
-    let watched =
-        crate::connect_watched(&shared.database, &format!("rendezvous scheduler {}", shared.host_id)).await?;
+    let watched = crate::connection::connect_watched(
+        &shared.database,
+        &format!("rendezvous scheduler {}", shared.host_id),
+    )
+    .await?;
     let client = watched.client;
-    crate::check_extension(&client).await?;
+    crate::connection::check_extension(&client).await?;
     for spec in &shared.tasks {
         schedule_task(&client, spec).await?;
     }
@@ -1303,7 +1269,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
         };
         let looked = looked.unwrap_or_else(|_| {
             Counters::add(&shared.counters.timeouts);
-            Err(crate::no_answer(shared.options.call_timeout))
+            Err(crate::connection::no_answer(shared.options.call_timeout))
         });
         match looked {
             Ok(wait) => {
@@ -1351,7 +1317,7 @@ async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Con
         r = tokio::time::timeout(limit, open_control(shared)) => {
             r.unwrap_or_else(|_| {
                 Counters::add(&shared.counters.timeouts);
-                Err(crate::no_answer(limit))
+                Err(crate::connection::no_answer(limit))
             })
         }
         _ = stop.changed() => Err(Error::Disconnected("stopping".into())),

@@ -15,8 +15,8 @@ pub const LEADER: &str = "rendezvous_leader";
 pub const LEADER_EPOCH: &str = "rendezvous_leader_epoch";
 /// Terms won, by `group` (counter).
 pub const TERMS_WON: &str = "rendezvous_leader_terms_won_total";
-/// Terms lost, by `group` and `reason`: `shutdown`, `connection_lost`, `lock_lost`, `pooler`,
-/// `refresh_failed`, `refresh_timed_out` (counter).
+/// Terms lost, by `group` and `reason`: `shutdown`, `operator` (`request_step_down`),
+/// `connection_lost`, `lock_lost`, `pooler`, `refresh_failed`, `refresh_timed_out` (counter).
 pub const TERMS_LOST: &str = "rendezvous_leader_terms_lost_total";
 /// New connections made after one was lost, by `component`: `leader`, `membership`,
 /// `scheduler` (counter).

@@ -227,7 +227,7 @@ async fn round(
     let _ = holder.child.start_kill();
     let _ = holder.child.wait().await;
     if let Some(e) = elector {
-        e.shutdown().await.ok();
+        e.shutdown(std::time::Duration::from_secs(10)).await.ok();
     }
     took
 }
@@ -385,7 +385,7 @@ async fn cut_off_round(r: usize) -> [Option<Duration>; 3] {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     let (f, r) = (firing_taker.await.unwrap(), run_taker.await.unwrap());
-    elector.shutdown().await.ok();
+    elector.shutdown(std::time::Duration::from_secs(10)).await.ok();
     for mut h in holders {
         let _ = h.child.start_kill();
         let _ = h.child.wait().await;

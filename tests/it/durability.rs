@@ -145,7 +145,7 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
     .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!elector.is_leader(), "an elector leads on a standby: {:?}", elector.leadership());
-    elector.shutdown().await.ok();
+    elector.shutdown(std::time::Duration::from_secs(10)).await.ok();
 
     // Replication cut; the primary acknowledges more, then dies.
     s.batch_execute("ALTER SYSTEM SET primary_conninfo = ''").await.unwrap();
@@ -468,7 +468,11 @@ async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
         assert!(waited.elapsed() < Duration::from_secs(20), "heartbeats hung: {:?}", membership.status());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let stopped = tokio::time::timeout(Duration::from_secs(20), membership.shutdown()).await;
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(20),
+        membership.shutdown(std::time::Duration::from_secs(10)),
+    )
+    .await;
     assert!(stopped.is_ok(), "the membership's shutdown hung on its leave");
     // Let the waiting commits go, so the cluster stops cleanly.
     admin.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();

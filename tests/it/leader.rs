@@ -72,10 +72,10 @@ async fn two_electors_one_leads_and_graceful_shutdown_hands_over_on_the_announce
     assert_eq!(now.epoch, epoch);
 
     // a resigns as it shuts down; b hears it and takes over, long before its own tick.
-    leader.shutdown().await.unwrap();
+    leader.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     wait_until("the follower to take over", Duration::from_secs(10), || follower.is_leader()).await;
     assert_eq!(follower.epoch(), Some(epoch + 1));
-    follower.shutdown().await.unwrap();
+    follower.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     assert_eq!(leader::leader(&client, "agent-key").await.unwrap().leader, None);
     assert_eq!(lock_holders(&client, "agent-key").await, 0);
 }
@@ -196,7 +196,7 @@ async fn a_stopped_leader_is_replaced_within_its_lease_and_follows_when_it_resum
     assert!(first.wait_follower(Duration::from_secs(10)).await, "p1 follows once resumed");
     let now = leader::leader(&client, "stalled").await.unwrap();
     assert_eq!((now.leader.as_deref(), now.epoch), (Some("p2"), epoch + 1));
-    second.shutdown().await.unwrap();
+    second.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 /// A leader whose network path dies silently (every packet of its process dropped both ways,
@@ -219,7 +219,7 @@ async fn a_silently_partitioned_leader_is_replaced_within_its_lease() {
     assert_eq!(second.epoch(), Some(epoch + 1));
     cut.heal();
     first.sigkill();
-    second.shutdown().await.unwrap();
+    second.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 /// Waits until an elector of `group` follows: it claimed, lost, and now idles outside any
@@ -271,8 +271,8 @@ async fn terminated_backend_steps_the_leader_down_and_the_follower_takes_over() 
     wait_until("a follows again", Duration::from_secs(5), || a.leadership().leader.as_deref() == Some("b"))
         .await;
     assert!(!a.is_leader());
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
+    b.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -292,8 +292,8 @@ async fn server_restart_elects_one_leader_again_with_a_higher_epoch() {
     assert!(a.is_leader() ^ b.is_leader(), "exactly one leads after the restart");
     let after = a.epoch().or(b.epoch()).unwrap();
     assert!(after > before, "epoch {after} after the restart is not above {before}");
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
+    b.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -342,13 +342,13 @@ async fn many_candidates_never_two_leaders_for_one_epoch() {
         } else {
             let e = electors.remove(i);
             let name = e.candidate().to_owned();
-            e.shutdown().await.unwrap();
+            e.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
             electors.push(start(&db.url, "crowd", &name).await);
         }
     }
     assert!(seen_epochs.len() >= 12, "leadership changed hands: {seen_epochs:?}");
     for e in electors {
-        e.shutdown().await.unwrap();
+        e.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     }
 }
 
@@ -415,8 +415,8 @@ async fn a_deposed_leaders_fenced_write_commits_before_the_takeover_or_fails() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(rows, [(old, "in flight".to_owned()), (old + 1, "new leader".to_owned())]);
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
+    b.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -466,7 +466,7 @@ async fn a_transaction_mode_pooler_is_refused_not_double_led() {
         Err(Error::PoolerDetected(why)) => assert!(why.contains("pooler"), "{why}"),
         other => panic!("expected PoolerDetected, got {other:?}"),
     }
-    a.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     let direct = rendezvous_tests::connect(&cluster.url()).await;
     let err = direct.query("SELECT * FROM rendezvous.try_lead('pooled', '')", &[]).await.unwrap_err();
     assert_eq!(err.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
@@ -482,9 +482,9 @@ async fn shutting_down_a_follower_leaks_no_lock() {
     for round in 0..5 {
         let f = start(&db.url, "g", &format!("f{round}")).await;
         wait_until_follower_listens(&admin, "g").await;
-        f.shutdown().await.unwrap();
+        f.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     }
-    a.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     // a gave the lock back (or its session ended, if a busy machine delayed its resign past
     // the refresh); then no stopped follower may pick it up.
     let start = Instant::now();
@@ -546,8 +546,8 @@ async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announce
         .get(0);
     admin.execute("SELECT pg_catalog.pg_terminate_backend($1)", &[&a_pid]).await.unwrap();
     wait_until("b takes over well before its own tick", Duration::from_secs(10), || b.is_leader()).await;
-    a.shutdown().await.unwrap();
-    b.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
+    b.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 /// An operator's step-down request: the leader's elector resigns at its next refresh, and a
@@ -576,8 +576,20 @@ async fn a_leader_asked_to_step_down_resigns_at_its_next_refresh_and_a_follower_
     // writes are what refuse a's epoch 1 from then on). It then follows b.
     wait_until_follows(&a, "b").await;
     assert_eq!(a.leadership().epoch, Some(2));
-    b.shutdown().await.unwrap();
-    a.shutdown().await.unwrap();
+    // a's view says that an operator ended its term, and why.
+    assert_eq!(a.leadership().operator_reason.as_deref(), Some("test"), "{:?}", a.leadership());
+    assert_eq!(b.leadership().operator_reason, None);
+    // A clone shares the election: its shutdown resigns b's term and stops every handle.
+    let b_clone = b.clone();
+    assert_eq!(b_clone.epoch(), Some(2));
+    let report = b_clone.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert_eq!((report.released, report.on_time), (1, true), "{report:?}");
+    assert!(!b.is_leader());
+    let again = b.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert_eq!((again.released, again.on_time), (0, false), "a second shutdown finds nothing to stop");
+    wait_until("a takes over from the resigned b", Duration::from_secs(10), || a.is_leader()).await;
+    let report = a.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(report.released, 1);
 }
 
 /// A leader's own fenced write, held open longer than its lease, does not stop it confirming:
@@ -600,5 +612,5 @@ async fn a_long_fenced_write_does_not_depose_its_own_leader() {
     }
     tx.commit().await.unwrap();
     assert_eq!(a.epoch(), Some(epoch));
-    a.shutdown().await.unwrap();
+    a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }

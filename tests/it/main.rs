@@ -7,6 +7,7 @@ mod firing;
 mod hrw;
 mod leader;
 mod membership;
+mod pool;
 mod roles;
 mod runs;
 mod schedule;

@@ -38,7 +38,11 @@ async fn members_heartbeat_and_shutdown_leaves_at_once() {
         assert!(m.status().last_error.is_none(), "{:?}", m.status());
     }
     let bravo = members.remove(1);
-    bravo.shutdown().await.unwrap();
+    // A clone reads the same heartbeat, and shutting one handle down stops both.
+    let bravo_clone = bravo.clone();
+    let report = bravo.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert!(report.left && report.on_time, "{report:?}");
+    assert!(format!("{bravo_clone:?}").contains("running: false"), "{bravo_clone:?}");
     // Gone at once, without waiting for staleness.
     assert_eq!(live_hosts(&client, Duration::from_secs(60)).await.unwrap(), ["alpha", "charlie"]);
     // The server's winner over the live set is the client's local answer.
@@ -48,7 +52,7 @@ async fn members_heartbeat_and_shutdown_leaves_at_once() {
         assert_eq!(membership::winner(&client, &key).await.unwrap().as_deref(), set.winner(&key));
     }
     for m in members {
-        m.shutdown().await.unwrap();
+        m.shutdown(Duration::from_secs(10)).await.unwrap();
     }
     assert!(live_hosts(&client, Duration::from_secs(60)).await.unwrap().is_empty());
 }
@@ -79,7 +83,7 @@ async fn a_silent_host_leaves_after_the_staleness_window() {
     assert!(silent_for >= window.as_secs_f64(), "left after {silent_for} s, inside the window");
     // A wider window still sees it: staleness is the caller's choice, not a deletion.
     assert_eq!(live_hosts(&client, Duration::from_secs(30)).await.unwrap(), ["silent", "steady"]);
-    steady.shutdown().await.unwrap();
+    steady.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -121,7 +125,7 @@ async fn heartbeat_survives_a_terminated_backend() {
         status.last_ok.unwrap() > before && status.last_error.is_none()
     })
     .await;
-    m.shutdown().await.unwrap();
+    m.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     assert!(live_hosts(&admin, Duration::from_secs(60)).await.unwrap().is_empty());
 }
 

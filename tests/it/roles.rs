@@ -51,7 +51,7 @@ async fn a_host_role_does_everything_the_client_does_and_nothing_else() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     leader::assert_leader(&host, "g", elector.epoch().unwrap()).await.unwrap();
-    elector.shutdown().await.unwrap();
+    elector.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 
     // Firings: claims, completions, and the status reads of non-first ranks.
     let dispatcher =

@@ -103,7 +103,7 @@ async fn the_client_reports_admissions_terms_firings_and_live_hosts() {
     assert_eq!(leading.counter(signals::TERMS_WON, &[("group", &group)]), 1);
     assert_eq!(leading.gauge(signals::LEADER, &[("group", &group)]), Some(1.0));
     assert_eq!(leading.gauge(signals::LEADER_EPOCH, &[("group", &group)]), Some(1.0));
-    elector.shutdown().await.unwrap();
+    elector.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
     let after = checkpoint();
     assert_eq!(after.counter(signals::TERMS_LOST, &[("group", &group), ("reason", "shutdown")]), 1);
     assert_eq!(after.gauge(signals::LEADER, &[("group", &group)]), Some(0.0));

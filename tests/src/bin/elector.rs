@@ -38,5 +38,5 @@ async fn main() {
             n = stdin.read(&mut buf) => if matches!(n, Ok(0) | Err(_)) { break },
         }
     }
-    elector.shutdown().await.expect("shutdown");
+    elector.shutdown(std::time::Duration::from_secs(10)).await.expect("shutdown");
 }

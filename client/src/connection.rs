@@ -1,0 +1,206 @@
+//! Opening connections and driving them: the plain [`connect`] helpers, and the watched
+//! connections the long-lived pieces and the [`Pool`](crate::Pool) are made of.
+use tokio_postgres::GenericClient;
+
+use crate::{hrw, replication, sql, Database, Error, Result};
+
+/// The extension version this client speaks (the workspace version, shared by both).
+pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Checks that `pg_rendezvous` is installed at the version this client expects and that the
+/// server runs the same HRW algorithm; returns the installed version.
+///
+/// A missing extension is [`Error::ExtensionMissing`], another version
+/// [`Error::VersionMismatch`]; both say what to run.
+///
+/// ```no_run
+/// # async fn check() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// match rendezvous_client::check_extension(&client).await {
+///     Ok(version) => println!("pg_rendezvous {version}"),
+///     Err(e) => eprintln!("{e}"), // e.g. "... run `CREATE EXTENSION pg_rendezvous;` ..."
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
+    let row = client.query_opt(sql::EXTENSION_VERSION, &[]).await?;
+    let installed: String = match row {
+        Some(row) => row.get(0),
+        None => return Err(Error::ExtensionMissing),
+    };
+    if installed != EXTENSION_VERSION {
+        return Err(Error::VersionMismatch { installed, expected: EXTENSION_VERSION.to_owned() });
+    }
+    let algorithm: String = client.query_one(sql::HRW_ALGORITHM, &[]).await?.get(0);
+    if algorithm != hrw::ALGORITHM {
+        return Err(Error::AlgorithmMismatch { server: algorithm, client: hrw::ALGORITHM });
+    }
+    Ok(installed)
+}
+
+/// Connects with `tokio_postgres` and drives the connection on a background task (spawned
+/// with `tokio::spawn`, so call it inside a Tokio runtime).
+///
+/// `database` is a URL (`postgres://user@host/db?...` or `host=... dbname=...`, multi-host
+/// URLs with `target_session_attrs=read-write` included, TLS as libpq's `sslmode`,
+/// `sslrootcert`, `sslcert`, … say: see [`database`](crate::database)) or a [`Database`] of your own settings.
+/// The session's `application_name` is the program's name and ` (rendezvous client)`
+/// (`billing-api (rendezvous client)`) unless the URL sets one; [`connect_as`] names it.
+///
+/// ```no_run
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// let live = rendezvous_client::membership::live_hosts(&client, std::time::Duration::from_secs(10)).await?;
+/// println!("{} hosts live", live.len());
+/// # Ok(())
+/// # }
+/// ```
+pub async fn connect(database: impl Into<Database>) -> Result<tokio_postgres::Client> {
+    connect_as(database, &default_application_name()).await
+}
+
+/// The session name [`connect`] gives: the program's own name, marked as made through this
+/// client (`billing-api (rendezvous client)`), so an application's sessions are told apart
+/// from the library's own (`rendezvous scheduler <host>`, …) in `pg_stat_activity`. At most
+/// 63 bytes, PostgreSQL's limit.
+pub(crate) fn default_application_name() -> String {
+    let program = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "application".to_owned());
+    let suffix = " (rendezvous client)";
+    let mut name: String = program.chars().filter(|c| !c.is_control()).collect();
+    while name.len() + suffix.len() > 63 {
+        name.pop();
+    }
+    name + suffix
+}
+
+/// Like [`connect`], naming the session `application_name` (unless the URL sets one), so a
+/// host's sessions are recognisable in `pg_stat_activity`.
+pub async fn connect_as(
+    database: impl Into<Database>,
+    application_name: &str,
+) -> Result<tokio_postgres::Client> {
+    Ok(connect_watched(&database.into(), application_name).await?.client)
+}
+
+/// What a call that got no answer within `limit` fails with (its connection is given up).
+pub(crate) fn no_answer(limit: std::time::Duration) -> Error {
+    Error::Disconnected(format!("the database gave no answer within {limit:?}"))
+}
+
+/// A connection whose owner must notice its loss at once, and may LISTEN on it.
+pub(crate) struct Watched {
+    pub(crate) client: tokio_postgres::Client,
+    /// Fires when the connection ends.
+    pub(crate) closed: tokio::sync::oneshot::Receiver<()>,
+    /// Notifications from channels the session listens on (the newest are dropped when the
+    /// owner falls 64 behind: they are wake-ups, and the owner re-checks the database anyway).
+    pub(crate) notifications: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+    /// The server's WARNING messages on this session, newest dropped past 16 (the elector reads
+    /// an operator's step-down reason there).
+    pub(crate) warnings: tokio::sync::mpsc::Receiver<String>,
+    /// The server backend it runs on.
+    pub(crate) pid: i32,
+}
+
+/// [`connect_as`], plus a signal when the connection ends and its notifications.
+pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
+    let (client, mut connection) = database.open(application_name).await?;
+    // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
+    // at the start and whenever they change). A connection made to a read-write server that
+    // turns read-only (a primary fenced or demoted by a failover tool, while it stays up) is
+    // closed, so its owner connects again, through a multi-host URL to the new primary: left
+    // open, every write on it would fail with 25006 for as long as the old primary runs.
+    fn read_only<S, T>(c: &tokio_postgres::Connection<S, T>) -> bool
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        c.parameter("default_transaction_read_only") == Some("on")
+            || c.parameter("in_hot_standby") == Some("on")
+    }
+    let writable_at_start = !read_only(&connection);
+    let (closed_tx, closed) = tokio::sync::oneshot::channel();
+    let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
+    let (warning_tx, warnings) = tokio::sync::mpsc::channel(16);
+    let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
+    tokio::spawn(async move {
+        // The backend this connection runs on (asked below, before the connection is handed
+        // out): its cancelled synchronous-replication waits are recorded under it.
+        let mut pid_rx = pid_rx;
+        let mut pid = None;
+        use tokio_postgres::AsyncMessage;
+        // Drives the connection as awaiting it would, keeping its notifications and logging
+        // its notices (a WARNING from the server must not go unseen).
+        let mut turned_read_only = false;
+        let ended = std::future::poll_fn(|cx| loop {
+            match connection.poll_message(cx) {
+                std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
+                    let _ = notification_tx.try_send(n);
+                }
+                std::task::Poll::Ready(Some(Ok(AsyncMessage::Notice(notice)))) => {
+                    if pid.is_none() {
+                        pid = pid_rx.try_recv().ok();
+                    }
+                    if replication::observe_notice(&notice, pid.unwrap_or(0)) {
+                        tracing::warn!(message = notice.message(), "commit not replicated");
+                    } else if notice.severity() == "WARNING" {
+                        tracing::warn!(message = notice.message(), "server warning");
+                        let _ = warning_tx.try_send(notice.message().to_owned());
+                    } else {
+                        tracing::debug!(
+                            severity = notice.severity(),
+                            message = notice.message(),
+                            "server notice"
+                        );
+                    }
+                }
+                std::task::Poll::Ready(Some(Ok(_))) => {}
+                std::task::Poll::Ready(Some(Err(e))) => return std::task::Poll::Ready(Err(e)),
+                std::task::Poll::Ready(None) => return std::task::Poll::Ready(Ok(())),
+                // Everything read is processed now; it may have been the server reporting
+                // itself read-only (a ParameterStatus, kept by the connection, not returned).
+                std::task::Poll::Pending if writable_at_start && read_only(&connection) => {
+                    turned_read_only = true;
+                    return std::task::Poll::Ready(Ok(()));
+                }
+                std::task::Poll::Pending => return std::task::Poll::Pending,
+            }
+        })
+        .await;
+        if let Err(e) = ended {
+            tracing::debug!(error = %e, "rendezvous connection ended");
+        }
+        if turned_read_only {
+            tracing::warn!("the server stopped taking writes (fenced or demoted): closing this connection to connect again");
+            drop(connection);
+        }
+        if let Some(p) = pid.or_else(|| pid_rx.try_recv().ok()) {
+            replication::forget(p);
+        }
+        let _ = closed_tx.send(());
+    });
+    let pid: i32 = client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
+    replication::watch(pid);
+    if pid_tx.send(pid).is_err() {
+        // The connection ended already: nothing left to watch.
+        replication::forget(pid);
+    }
+    Ok(Watched { client, closed, notifications, warnings, pid })
+}
+
+#[cfg(test)]
+mod tests {
+    /// `connect`'s session name says whose it is: this program's, through the client.
+    #[test]
+    fn the_default_session_name_is_the_programs() {
+        let name = super::default_application_name();
+        assert!(name.ends_with(" (rendezvous client)"), "{name}");
+        assert!(!name.starts_with(" (rendezvous"), "{name}");
+        assert!(name.len() <= 63, "{name}");
+    }
+}
