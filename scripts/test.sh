@@ -5,7 +5,8 @@
 #   1. setup (packages, the other majors' PostgreSQL, cargo-pgrx, pgrx init; skipped when
 #      present); one style: rustfmt and clippy with warnings as errors; released
 #      install/upgrade scripts unchanged
-#   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), once
+#   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), and
+#      `cargo publish --dry-run` of the crates users depend on, once
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
 #      user); install the extension into that major, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
@@ -33,6 +34,11 @@ main() {
 
   log "unit tests: shared HRW crate, client, sqlgen"
   cargo test --quiet -p rendezvous-hrw -p rendezvous-client -p rendezvous-sqlgen
+
+  # The crates applications depend on must build from their packaged sources alone, with
+  # versioned dependencies (target/package), as they would from a registry.
+  log "the crates users depend on package and build (cargo publish --dry-run)"
+  cargo publish --dry-run --quiet --allow-dirty -p rendezvous-hrw -p rendezvous-client
 
   # Built once, before any cluster starts; this also builds the rendezvous command.
   log "building the rendezvous command, the integration tests and the CLI's tests"
