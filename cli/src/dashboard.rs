@@ -189,24 +189,25 @@ fn s(v: &Value) -> String {
 /// Each live host's share of keys: its weight over the live hosts' total, which is what
 /// weighted HRW gives each host (docs/hrw.md). Exact, and O(hosts): estimating it by sampling
 /// keys cost a second a refresh with 2,000 hosts.
-fn shares(hosts: &[Value]) -> std::collections::HashMap<&str, f64> {
-    let live: Vec<(&str, f64)> = hosts
+fn shares(hosts: &[Value], live_weight: f64) -> std::collections::HashMap<&str, f64> {
+    hosts
         .iter()
         .filter(|h| h["live"] == true)
         .map(|h| (h["host_id"].as_str().unwrap_or(""), h["weight"].as_f64().unwrap_or(1.0)))
-        .filter(|(_, w)| w.is_finite() && *w > 0.0)
-        .collect();
-    let total: f64 = live.iter().map(|(_, w)| w).sum();
-    live.into_iter().map(|(h, w)| (h, w / total)).collect()
+        .filter(|(_, w)| w.is_finite() && *w > 0.0 && live_weight > 0.0)
+        .map(|(h, w)| (h, w / live_weight))
+        .collect()
 }
 
 /// The page's content.
 pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     let mut o = String::new();
+    // `rendezvous status` lists at most 100 hosts (stale first) and counts them all.
     let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
-    let live = hosts.iter().filter(|h| h["live"] == true).count();
-    let share = shares(&hosts);
-    let _ = write!(o, "<p id=\"summary\">live hosts: <b id=\"live-hosts\">{live}</b> of {}", hosts.len());
+    let live = v["hosts_live"].as_i64().unwrap_or(0);
+    let total = v["hosts_total"].as_i64().unwrap_or(hosts.len() as i64);
+    let share = shares(&hosts, v["hosts_live_weight"].as_f64().unwrap_or(0.0));
+    let _ = write!(o, "<p id=\"summary\">live hosts: <b id=\"live-hosts\">{live}</b> of {total}");
     let r = &v["replication"];
     let _ = write!(o, " · standbys: {} ({} synchronous)", s(&r["standbys"]), s(&r["synchronous"]));
     if let Some(w) = r["warning"].as_str() {
@@ -215,12 +216,8 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     o.push_str("</p><div class=\"grid\"><div>");
 
     o.push_str("<h2>Hosts</h2><table id=\"hosts\"><tr><th>host</th><th>state</th><th>weight</th><th>last heartbeat</th><th>share of keys</th></tr>");
-    // Stale hosts first when not all fit: they are the ones to look at.
-    let mut listed: Vec<&Value> = hosts.iter().collect();
-    if listed.len() > MAX_HOST_ROWS {
-        listed.sort_by_key(|h| h["live"] == true);
-        listed.truncate(MAX_HOST_ROWS);
-    }
+    // Stale hosts come first: they are the ones to look at.
+    let listed: Vec<&Value> = hosts.iter().take(MAX_HOST_ROWS).collect();
     for h in &listed {
         let id = h["host_id"].as_str().unwrap_or("");
         let pct = share.get(id).copied().unwrap_or(0.0);
@@ -238,12 +235,8 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
         );
     }
     o.push_str("</table>");
-    if hosts.len() > listed.len() {
-        let _ = write!(
-            o,
-            "<p id=\"more-hosts\">and {} more hosts (<code>rendezvous status --json</code> lists all)</p>",
-            hosts.len() - listed.len()
-        );
+    if total > listed.len() as i64 {
+        let _ = write!(o, "<p id=\"more-hosts\">and {} more hosts</p>", total - listed.len() as i64);
     }
 
     o.push_str("<h2>Leaders</h2><table id=\"leaders\"><tr><th>group</th><th>leader</th><th>epoch</th><th>for</th></tr>");
@@ -287,9 +280,9 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     let f = &v["firings"];
     let _ = write!(
         o,
-        "</table><h2>Firings</h2><p>{} in flight, {} completed, {} failed</p><table id=\"in-flight\"><tr><th>in flight</th><th>state</th><th>holder</th><th>token</th></tr>",
+        "</table><h2>Firings</h2><p>{} in flight, {} completed in the last minute, {} failed</p><table id=\"in-flight\"><tr><th>in flight</th><th>state</th><th>holder</th><th>token</th></tr>",
         s(&f["in_flight"]),
-        s(&f["completed"]),
+        s(&f["completed_last_minute"]),
         s(&f["failed"])
     );
     for x in f["in_flight_sample"].as_array().into_iter().flatten().take(10) {
@@ -352,18 +345,19 @@ mod tests {
     #[test]
     fn shares_are_weight_over_the_live_total() {
         let hosts = vec![host(1, true, 1.0), host(2, true, 3.0), host(3, false, 4.0)];
-        let share = shares(&hosts);
+        let share = shares(&hosts, 4.0);
         assert_eq!(share.len(), 2);
         assert!((share["h1"] - 0.25).abs() < 1e-12 && (share["h2"] - 0.75).abs() < 1e-12);
     }
 
-    /// Thousands of hosts: the page lists the stale ones and a hundred rows in all, and says
-    /// how many more there are.
+    /// Thousands of hosts: the status lists a hundred (stale first) and counts them all; the
+    /// page shows the rows and says how many more there are.
     #[test]
     fn a_large_fleet_is_summarised() {
-        let mut hosts: Vec<Value> = (0..5000).map(|i| host(i, true, 1.0)).collect();
-        hosts[4321] = host(4321, false, 1.0);
-        let v = json!({"hosts": hosts, "leaders": [], "replication": {}});
+        let mut hosts: Vec<Value> = vec![host(4321, false, 1.0)];
+        hosts.extend((0..99).map(|i| host(i, true, 1.0)));
+        let v = json!({"hosts": hosts, "hosts_total": 5000, "hosts_live": 4999, "hosts_live_weight": 4999.0,
+                       "leaders": [], "replication": {}});
         let page = render(&v, &VecDeque::new());
         assert_eq!(page.matches("<tr><td>").count(), MAX_HOST_ROWS, "host rows");
         assert!(page.contains("<td>h4321</td><td class=\"stale\">"), "the stale host is listed");

@@ -25,10 +25,24 @@ pub fn explain(e: tokio_postgres::Error) -> String {
 /// Reads the status as JSON.
 pub async fn collect(client: &Client) -> Result<Value, String> {
     rendezvous_client::check_extension(client).await.map_err(|e| e.to_string())?;
+    // Totals over every host and group; rows for at most MAX_LISTED of each, the ones to look
+    // at first (stale hosts, leaderless groups): the cost and the output stay small with
+    // thousands of either.
+    let host_totals = rows(
+        client,
+        "SELECT count(*), count(*) FILTER (WHERE live), coalesce(sum(weight) FILTER (WHERE live), 0)::float8
+           FROM rendezvous.status_hosts",
+    )
+    .await?;
+    let group_totals = rows(
+        client,
+        "SELECT count(*), count(*) FILTER (WHERE leader IS NOT NULL) FROM rendezvous.status_leaders",
+    )
+    .await?;
     let hosts: Vec<Value> = rows(
         client,
         "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live
-           FROM rendezvous.status_hosts ORDER BY host_id",
+           FROM rendezvous.status_hosts ORDER BY live, host_id LIMIT 100",
     )
     .await?
     .iter()
@@ -37,7 +51,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     let leaders: Vec<Value> = rows(
         client,
         "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8
-           FROM rendezvous.status_leaders ORDER BY 1",
+           FROM rendezvous.status_leaders ORDER BY leader IS NOT NULL, 1 LIMIT 100",
     )
     .await?
     .iter()
@@ -66,9 +80,11 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .await?;
     let counts = rows(
         client,
-        "SELECT count(*) FILTER (WHERE completed_at IS NULL AND failed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL),
-                count(*) FILTER (WHERE failed_at IS NOT NULL)
-           FROM rendezvous.status_firings",
+        // Each through its index: unfinished firings, the last minute's completions, the
+        // failed ones (retention bounds them); never the whole history.
+        "SELECT (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL),
+                (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at > now() - interval '1 minute'),
+                (SELECT count(*) FROM rendezvous.status_firings WHERE failed_at IS NOT NULL)",
     )
     .await?;
     let tasks: Vec<Value> = rows(
@@ -111,11 +127,16 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .collect();
     Ok(json!({
         "hosts": hosts,
+        "hosts_total": host_totals[0].get::<_, i64>(0),
+        "hosts_live": host_totals[0].get::<_, i64>(1),
+        "hosts_live_weight": host_totals[0].get::<_, f64>(2),
+        "groups_total": group_totals[0].get::<_, i64>(0),
+        "groups_led": group_totals[0].get::<_, i64>(1),
         "run_queue": queue,
         "leaders": leaders,
         "replication": replication,
         "tasks": tasks,
-        "firings": {"in_flight": counts[0].get::<_, i64>(0), "completed": counts[0].get::<_, i64>(1),
+        "firings": {"in_flight": counts[0].get::<_, i64>(0), "completed_last_minute": counts[0].get::<_, i64>(1),
                     "failed": counts[0].get::<_, i64>(2),
                     "in_flight_sample": in_flight, "recently_completed": recent},
         "recent_runs": runs,
@@ -137,7 +158,22 @@ pub fn prometheus(v: &Value) -> String {
     family(
         "rendezvous_hosts_live",
         "Hosts whose last heartbeat is within the default staleness (database clock).",
-        vec![(String::new(), hosts.iter().filter(|h| h["live"] == true).count() as f64)],
+        vec![(String::new(), v["hosts_live"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_hosts",
+        "Hosts that heartbeat, live or stale (the per-host families list at most 100, stale first).",
+        vec![(String::new(), v["hosts_total"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_leader_groups",
+        "Leader groups (the per-group families list at most 100, leaderless first).",
+        vec![(String::new(), v["groups_total"].as_f64().unwrap_or(0.0))],
+    );
+    family(
+        "rendezvous_leader_groups_led",
+        "Leader groups someone leads now.",
+        vec![(String::new(), v["groups_led"].as_f64().unwrap_or(0.0))],
     );
     family(
         "rendezvous_host_live",
@@ -173,13 +209,13 @@ pub fn prometheus(v: &Value) -> String {
         vec![(String::new(), f["in_flight"].as_f64().unwrap_or(0.0))],
     );
     family(
-        "rendezvous_firings_completed",
-        "Completed firings kept (purge_firings lowers it).",
-        vec![(String::new(), f["completed"].as_f64().unwrap_or(0.0))],
+        "rendezvous_firings_completed_last_minute",
+        "Firings completed in the last minute (database clock).",
+        vec![(String::new(), f["completed_last_minute"].as_f64().unwrap_or(0.0))],
     );
     family(
         "rendezvous_firings_failed",
-        "Firings failed for good, kept (purge_firings lowers it).",
+        "Firings failed for good, kept (retention and purge_firings lower it).",
         vec![(String::new(), f["failed"].as_f64().unwrap_or(0.0))],
     );
     let r = &v["replication"];
@@ -260,6 +296,15 @@ pub fn next_fire(task: &Value) -> String {
     }
 }
 
+/// "  and N more hosts", when the list shows fewer than the total.
+fn more(out: &mut String, v: &Value, list: &str, total: &str, what: &str) {
+    let listed = v[list].as_array().map_or(0, |l| l.len()) as i64;
+    let total = v[total].as_i64().unwrap_or(listed);
+    if total > listed {
+        out.push_str(&format!("  and {} more {what}\n", total - listed));
+    }
+}
+
 /// The status for a person, as text.
 fn render(v: &Value) -> String {
     use std::fmt::Write;
@@ -275,6 +320,7 @@ fn render(v: &Value) -> String {
             h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0)
         );
     }
+    more(&mut out, v, "hosts", "hosts_total", "hosts");
     let _ = writeln!(out, "leaders");
     for l in v["leaders"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -285,6 +331,7 @@ fn render(v: &Value) -> String {
             l["epoch"]
         );
     }
+    more(&mut out, v, "leaders", "groups_total", "groups");
     let r = &v["replication"];
     let _ = writeln!(
         out,
@@ -315,8 +362,8 @@ fn render(v: &Value) -> String {
     let f = &v["firings"];
     let _ = writeln!(
         out,
-        "firings: {} in flight, {} completed, {} failed",
-        f["in_flight"], f["completed"], f["failed"]
+        "firings: {} in flight, {} completed in the last minute, {} failed",
+        f["in_flight"], f["completed_last_minute"], f["failed"]
     );
     for x in f["in_flight_sample"].as_array().into_iter().flatten() {
         let holder = x["holder"].as_str().map(|h| {
@@ -399,8 +446,9 @@ mod tests {
         let v = json!({
             "hosts": [{"host_id": "h\"1\\\n", "weight": 2.0, "seconds_since_heartbeat": 0.5, "live": true},
                       {"host_id": "h2", "weight": 1.0, "seconds_since_heartbeat": 30.0, "live": false}],
+            "hosts_total": 5000, "hosts_live": 1, "groups_total": 2, "groups_led": 1,
             "leaders": [{"group": "g", "leader": "h2", "epoch": 7}, {"group": "idle", "leader": null, "epoch": 2}],
-            "firings": {"in_flight": 3, "completed": 40},
+            "firings": {"in_flight": 3, "completed_last_minute": 40},
         });
         let text = prometheus(&v);
         for line in [
@@ -413,7 +461,10 @@ mod tests {
             "rendezvous_leader_present{group=\"idle\"} 0",
             "rendezvous_leader_epoch{group=\"g\"} 7",
             "rendezvous_firings_in_flight 3",
-            "rendezvous_firings_completed 40",
+            "rendezvous_firings_completed_last_minute 40",
+            "rendezvous_hosts 5000",
+            "rendezvous_leader_groups 2",
+            "rendezvous_leader_groups_led 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in:\n{text}");
         }

@@ -25,7 +25,8 @@ pub struct ShutdownReport {
     pub left: bool,
     /// Everything was done before the deadline. False when the deadline cut something off: the
     /// background task was stopped, and the server ends what its sessions held when they close.
-    /// A second `shutdown` (from another clone) finds nothing to stop, and reports so.
+    /// Another clone's `shutdown`, at the same time or later, waits for the first and returns
+    /// its report.
     pub on_time: bool,
 }
 
@@ -34,6 +35,8 @@ pub struct ShutdownReport {
 pub(crate) struct Background<T> {
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<T>>>,
+    /// The first shutdown's report, which every later one returns.
+    report: tokio::sync::OnceCell<ShutdownReport>,
 }
 
 impl<T> std::fmt::Debug for Background<T> {
@@ -44,7 +47,7 @@ impl<T> std::fmt::Debug for Background<T> {
 
 impl<T> Background<T> {
     pub(crate) fn new(stop: watch::Sender<bool>, task: JoinHandle<T>) -> Background<T> {
-        Background { stop, task: Mutex::new(Some(task)) }
+        Background { stop, task: Mutex::new(Some(task)), report: tokio::sync::OnceCell::new() }
     }
 
     /// True until the task ends (or was taken by a shutdown).
@@ -57,11 +60,24 @@ impl<T> Background<T> {
         self.task.lock().expect("task lock").take()
     }
 
-    /// Asks the task to stop and waits for it until `deadline`. `None`: another clone stopped it
-    /// already. `Some(None)`: it did not end in time and was aborted.
-    pub(crate) async fn stop(&self, deadline: Duration) -> Option<Option<Result<T, crate::Error>>> {
+    /// Runs `shutdown` once for all clones: concurrent and later callers wait for the first and
+    /// get its report (a failed first shutdown lets the next try again).
+    pub(crate) async fn shutdown_once<F>(&self, shutdown: F) -> crate::Result<ShutdownReport>
+    where
+        F: std::future::Future<Output = crate::Result<ShutdownReport>>,
+    {
+        self.report.get_or_try_init(|| shutdown).await.cloned()
+    }
+
+    /// Asks the task to stop and waits for it until `deadline` (`None`: for as long as it
+    /// takes). `None`: another clone stopped it already. `Some(None)`: it did not end in time
+    /// and was aborted.
+    pub(crate) async fn stop(&self, deadline: Option<Duration>) -> Option<Option<Result<T, crate::Error>>> {
         let _ = self.stop.send(true);
         let mut task = self.take()?;
+        let Some(deadline) = deadline else {
+            return Some(Some(task.await.map_err(|e| crate::Error::TaskFailed(e.to_string()))));
+        };
         match tokio::time::timeout(deadline, &mut task).await {
             Ok(ended) => Some(Some(ended.map_err(|e| crate::Error::TaskFailed(e.to_string())))),
             Err(_) => {

@@ -56,10 +56,10 @@ pub enum Error {
     /// A background task panicked or was cancelled.
     #[error("background task failed: {0}")]
     TaskFailed(String),
-    /// A [`Pool`](crate::Pool) had no connection to give within its wait timeout (all in use),
-    /// or was closed.
+    /// A [`Pool`](crate::Pool) had no connection to give: all stayed in use for its wait
+    /// timeout, or it was closed.
     #[error("no pooled connection: {0}")]
-    PoolTimeout(String),
+    PoolUnavailable(String),
     /// Could not connect.
     #[error("cannot connect to the database: {}", describe(.0))]
     Connect(#[source] tokio_postgres::Error),
@@ -177,7 +177,7 @@ mod tests {
             Error::ClaimLost(_) => "ClaimLost",
             Error::NotReplicated(_) => "NotReplicated",
             Error::TaskFailed(_) => "TaskFailed",
-            Error::PoolTimeout(_) => "PoolTimeout",
+            Error::PoolUnavailable(_) => "PoolUnavailable",
             Error::Connect(_) => "Connect",
             Error::Db(_) => "Db",
         }
@@ -194,7 +194,7 @@ mod tests {
         "ClaimLost",
         "NotReplicated",
         "TaskFailed",
-        "PoolTimeout",
+        "PoolUnavailable",
         "Connect",
         "Db",
     ];

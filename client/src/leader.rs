@@ -297,19 +297,23 @@ impl LeaderElector {
     /// takes over at once ([`ShutdownReport::released`] is 1), within `deadline` (past it, the
     /// session is dropped, and the server gives the lock back when it sees the session end).
     pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
-        let stopped = self.background.stop(deadline).await;
-        self.valid_until.store(0, Ordering::Release);
-        let mut report = ShutdownReport::default();
-        if let Some(Some(outcome)) = stopped {
-            report.on_time = true;
-            match outcome? {
-                Ok(resigned) => report.released = u64::from(resigned),
-                // A detected pooler already stopped the elector; shutdown itself succeeded.
-                Err(Error::PoolerDetected(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(report)
+        self.background
+            .shutdown_once(async {
+                let stopped = self.background.stop(Some(deadline)).await;
+                self.valid_until.store(0, Ordering::Release);
+                let mut report = ShutdownReport::default();
+                if let Some(Some(outcome)) = stopped {
+                    report.on_time = true;
+                    match outcome? {
+                        Ok(resigned) => report.released = u64::from(resigned),
+                        // A detected pooler already stopped the elector; shutdown itself succeeded.
+                        Err(Error::PoolerDetected(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(report)
+            })
+            .await
     }
 
     /// Waits until the background task ends (it ends by itself only on a detected pooler, which
@@ -473,6 +477,8 @@ impl Run {
                     return Ok(Held::Lost);
                 }
                 _ = tick.tick() => {
+                    // Only this claim's warnings say why it ends the term.
+                    while session.warnings.try_recv().is_ok() {}
                     let asked = self.base.elapsed();
                     match tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)).await {
                         Ok(Ok(c)) if c.is_leader && c.epoch == epoch => self.confirm(asked),
@@ -548,6 +554,7 @@ impl Run {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
         let watched = crate::connection::connect_watched(&self.database, &name).await?;
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
+        watched.client.batch_execute(sql::WARNINGS_ON).await?;
         let pid = watched.pid;
         Ok(Session {
             client: watched.client,

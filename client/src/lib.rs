@@ -29,6 +29,7 @@
 //! | the work runtime: recurring tasks on the database's clock, admitted runs | [`Scheduler`], and the rest of [`schedule`] and [`runs`] |
 //! | low-level claims, for callers who place work themselves | [`firing`], [`runs`] |
 //! | local HRW lookups | [`HostSet`] ([`hrw`]) |
+//! | history kept for a while, then deleted in bounded batches (the scheduler runs it) | [`retention`] |
 //! | acknowledgements a failover could lose | [`replication`], [`Error::NotReplicated`] |
 //!
 //! The crate root re-exports every public type and the main entry point of each module; the
@@ -73,6 +74,7 @@ pub mod leader;
 pub mod membership;
 mod pool;
 pub mod replication;
+pub mod retention;
 pub mod runs;
 pub mod schedule;
 pub mod signals;

@@ -209,21 +209,21 @@ impl Membership {
     /// [`ShutdownReport::left`] says whether the leave was recorded. Stops the heartbeat for
     /// every clone of this handle.
     pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
-        let mut report = ShutdownReport::default();
-        match self.background.stop(deadline).await {
-            None => {}
-            Some(None) => {}
-            Some(Some(outcome)) => {
-                report.on_time = true;
-                match outcome? {
-                    Ok(()) => report.left = true,
-                    Err(e) => {
-                        tracing::warn!(host_id = %self.host_id, error = %e, "could not leave the live set")
+        self.background
+            .shutdown_once(async {
+                let mut report = ShutdownReport::default();
+                if let Some(Some(outcome)) = self.background.stop(Some(deadline)).await {
+                    report.on_time = true;
+                    match outcome? {
+                        Ok(()) => report.left = true,
+                        Err(e) => {
+                            tracing::warn!(host_id = %self.host_id, error = %e, "could not leave the live set")
+                        }
                     }
                 }
-            }
-        }
-        Ok(report)
+                Ok(report)
+            })
+            .await
     }
 }
 

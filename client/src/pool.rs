@@ -1,28 +1,5 @@
-//! Pooled connections that heal: the way to call the stateless functions ([`spawn_run`],
-//! [`assert_leader`], [`claim_firing`], …) from an application.
-//!
-//! [`Pool`] is a [`deadpool`] pool of connections made from a [`Database`] (the same URL and TLS
-//! settings the long-lived pieces use). A connection that ended (a terminated backend, a server
-//! restart, a primary that turned read-only) is dropped when it is handed back or asked for, and
-//! a new one is made in its place, so callers need no reconnect code: a call on a connection
-//! that breaks while in use fails once, and the next [`Pool::get`] connects again. While the
-//! server is down, `get` fails with [`Error::Connect`] (within `connect_timeout`).
-//!
-//! ```no_run
-//! use rendezvous_client::{Pool, PoolOptions};
-//!
-//! # async fn run() -> rendezvous_client::Result<()> {
-//! let pool = Pool::start("postgres://app@db.internal/app", PoolOptions::default()).await?;
-//! let conn = pool.get().await?;
-//! let input = serde_json::json!({ "order": 42 });
-//! rendezvous_client::spawn_run(&*conn, "tenant-1", "send-receipt", &input, Some("order-42")).await?;
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! [`spawn_run`]: crate::spawn_run
-//! [`assert_leader`]: crate::leader::assert_leader
-//! [`claim_firing`]: crate::firing::claim_firing
+//! Pooled connections that heal ([`Pool`]): the way to call the stateless functions from an
+//! application.
 use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult};
@@ -126,8 +103,35 @@ impl managed::Manager for Manager {
     }
 }
 
-/// A pool of connections that replaces broken ones by itself. Cheap to clone (clones share the
-/// connections).
+/// A pool of connections that replaces broken ones by itself: the way to call the stateless
+/// functions ([`spawn_run`](crate::spawn_run), [`assert_leader`](crate::leader::assert_leader),
+/// [`claim_firing`](crate::firing::claim_firing), …) from an application. Cheap to clone (clones
+/// share the connections).
+///
+/// A [`deadpool`] pool of connections made from a [`Database`] (the same URL and TLS settings
+/// the long-lived pieces use). A connection's driver notices when its session ends (a
+/// terminated backend, a server restart, a primary that turned read-only), and such a
+/// connection is dropped and replaced when it is next handed out, so callers need no reconnect
+/// code: a call on a connection that breaks while in use fails once (retry it if it is
+/// idempotent, as [`spawn_run`](crate::spawn_run) with a dispatch key is), and while the server
+/// is down [`get`](Self::get) fails ([`Error::Connect`], or [`Error::Disconnected`] past
+/// `connect_timeout`) and succeeds again once it is back.
+///
+/// Give connections back as you found them: session state (`SET`, `LISTEN`, a prepared
+/// statement) stays with the connection for its next user. A transaction dropped without a
+/// commit is rolled back.
+///
+/// ```no_run
+/// use rendezvous_client::{Pool, PoolOptions};
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let pool = Pool::start("postgres://app@db.internal/app", PoolOptions::default()).await?;
+/// let conn = pool.get().await?;
+/// let input = serde_json::json!({ "order": 42 });
+/// rendezvous_client::spawn_run(&*conn, "tenant-1", "send-receipt", &input, Some("order-42")).await?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Pool {
     inner: managed::Pool<Manager>,
@@ -211,15 +215,17 @@ impl Pool {
     pub async fn get(&self) -> Result<PooledClient> {
         self.inner.get().await.map(PooledClient).map_err(|e| match e {
             managed::PoolError::Backend(e) => e,
-            managed::PoolError::Timeout(_) => Error::PoolTimeout(format!(
+            managed::PoolError::Timeout(_) => Error::PoolUnavailable(format!(
                 "all {} connections stayed in use for {:?} (raise PoolOptions::max_size, or hold connections for less time)",
                 self.options.max_size, self.options.wait_timeout
             )),
-            other => Error::PoolTimeout(other.to_string()),
+            managed::PoolError::Closed => Error::PoolUnavailable("the pool was closed".into()),
+            other => Error::PoolUnavailable(other.to_string()),
         })
     }
 
-    /// Connections open now, and how many of them are idle.
+    /// Connections open now, and how many of them are idle (a connection whose session ended is
+    /// counted until it is next handed out, and replaced then).
     pub fn status(&self) -> PoolStatus {
         let s = self.inner.status();
         PoolStatus { max_size: s.max_size, open: s.size, idle: s.available }

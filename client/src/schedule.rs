@@ -424,6 +424,11 @@ pub struct SchedulerOptions {
     /// half its lease is released instead of run, and shutdown releases the queue. It trades
     /// balance across hosts for throughput with short handlers. Default 0 (none).
     pub prefetch: usize,
+    /// How often a retention pass runs ([`retention`](crate::retention): finished firings and
+    /// runs and dead hosts older than their settings are deleted, in bounded batches with
+    /// pauses). Only the host ranking first for it among the live hosts runs it, on a
+    /// connection of its own. `None`: this host never does. Default 60 s.
+    pub retention: Option<Duration>,
 }
 
 impl Default for SchedulerOptions {
@@ -440,6 +445,7 @@ impl Default for SchedulerOptions {
             run_lease: Duration::from_secs(30),
             call_timeout: Duration::from_secs(10),
             prefetch: 0,
+            retention: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -505,6 +511,13 @@ impl SchedulerOptions {
     #[must_use]
     pub fn with_prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets [`retention`](Self#structfield.retention).
+    #[must_use]
+    pub fn with_retention(mut self, retention: Option<Duration>) -> Self {
+        self.retention = retention;
         self
     }
 
@@ -737,6 +750,8 @@ struct Shared {
     runs_waiting: AtomicBool,
     /// Runs claimed ahead of free slots (`prefetch`), with when they were claimed.
     queued: Mutex<std::collections::VecDeque<(RunClaim, Instant)>>,
+    /// This host ranks first for retention in its last view of the live set.
+    retention_owner: AtomicBool,
 }
 
 /// What a job runs: a scheduled firing, or an admitted run.
@@ -1036,6 +1051,7 @@ impl SchedulerBuilder {
             finished: Notify::new(),
             runs_waiting: AtomicBool::new(false),
             queued: Mutex::new(std::collections::VecDeque::new()),
+            retention_owner: AtomicBool::new(false),
         });
         let limit = shared.options.call_timeout;
         let control = tokio::time::timeout(limit, open_control(&shared))
@@ -1047,6 +1063,9 @@ impl SchedulerBuilder {
             tracing::warn!(host_id = %shared.host_id, released, "ended claims an earlier process of this host still held");
         }
         let (stop_tx, stop_rx) = watch::channel(false);
+        if let Some(every) = shared.options.retention {
+            tokio::spawn(retention_passes(shared.clone(), every, stop_rx.clone()));
+        }
         let task = tokio::spawn(run(shared.clone(), control, stop_rx));
         Ok(Scheduler { shared, background: Arc::new(Background::new(stop_tx, task)) })
     }
@@ -1101,14 +1120,17 @@ impl Scheduler {
     /// finish until `deadline`, releases those still running then (so the next host takes them
     /// over at once instead of waiting out the lease), and leaves the membership.
     pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
+        self.background.shutdown_once(self.stop_all(deadline)).await
+    }
+
+    async fn stop_all(&self, deadline: Duration) -> Result<ShutdownReport> {
         let until = Instant::now() + deadline;
         let mut report = ShutdownReport { on_time: true, ..ShutdownReport::default() };
-        let jobs = match self.background.stop(deadline).await {
+        // The loop stops at once when asked; its jobs are awaited (to the deadline) below. Not
+        // bounded here: cut off, it would leave jobs running whose claims are released below.
+        let jobs = match self.background.stop(None).await {
             None => return Ok(ShutdownReport::default()),
-            Some(None) => {
-                report.on_time = false;
-                Vec::new()
-            }
+            Some(None) => Vec::new(),
             Some(Some(jobs)) => jobs?,
         };
         for mut job in jobs {
@@ -1331,6 +1353,64 @@ async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {
     }
 }
 
+/// The key whose HRW winner among the live hosts runs the retention passes: one host at a time
+/// in the normal case (two with different views of the set share the work: the deletes skip
+/// each other's locked rows).
+const RETENTION_KEY: &str = "rendezvous:retention";
+
+/// Most steps in one pass; what is left waits for the next pass.
+const RETENTION_STEPS: usize = 1000;
+
+/// Every `every`, when this host ranks first for it: retention steps with pauses, until a step
+/// leaves nothing more to do.
+async fn retention_passes(shared: Arc<Shared>, every: Duration, mut stop: watch::Receiver<bool>) {
+    let mut client: Option<Client> = None;
+    let name = format!("rendezvous scheduler {} retention", shared.host_id);
+    let limit = shared.options.call_timeout;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(jittered(every)) => {}
+            _ = stop.changed() => return,
+        }
+        if !shared.retention_owner.load(Ordering::Relaxed) {
+            client = None; // another host does it: hold no connection for it
+            continue;
+        }
+        for _ in 0..RETENTION_STEPS {
+            let step = async {
+                if client.as_ref().is_none_or(|c| c.is_closed()) {
+                    client = Some(crate::connection::connect_as(&shared.database, &name).await?);
+                }
+                crate::retention::prune(client.as_ref().expect("connected above"), crate::retention::BATCH)
+                    .await
+            };
+            let outcome = tokio::select! {
+                r = tokio::time::timeout(limit, step) => r.unwrap_or_else(|_| Err(crate::connection::no_answer(limit))),
+                _ = stop.changed() => return,
+            };
+            match outcome {
+                Ok(pruned) => {
+                    metrics::counter!(signals::PRUNED, "kind" => "firings").increment(pruned.firings as u64);
+                    metrics::counter!(signals::PRUNED, "kind" => "runs").increment(pruned.runs as u64);
+                    metrics::counter!(signals::PRUNED, "kind" => "hosts").increment(pruned.hosts as u64);
+                    if pruned.most() < i64::from(crate::retention::BATCH) {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention step failed; trying again at the next pass");
+                    client = None;
+                    break;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(crate::retention::PAUSE) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+}
+
 /// `d` scaled by a factor in [0.5, 1.5), so reconnecting hosts do not arrive together.
 fn jittered(d: Duration) -> Duration {
     let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
@@ -1356,7 +1436,10 @@ async fn tick(
             .increment(1);
         ok?;
         *last_heartbeat = Instant::now();
-        *view = Some(crate::hrw::live_host_set(client, o.staleness).await?);
+        let live = crate::hrw::live_host_set(client, o.staleness).await?;
+        let owner = live.winner(RETENTION_KEY) == Some(shared.host_id.as_str());
+        shared.retention_owner.store(owner, Ordering::Relaxed);
+        *view = Some(live);
     }
     let view = view.as_ref().expect("read above");
     let free = shared.slots.available_permits();
@@ -1690,8 +1773,8 @@ async fn run_job(
     free_slot();
 }
 
-/// Whether a handler's error says its database connection failed it (closed, or the server
-/// stopped taking writes: 25006) rather than its own work.
+/// Whether a handler's error says its database connection failed it (closed, none to be had,
+/// or the server stopped taking writes: 25006) rather than its own work.
 fn connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
     let broken = |pg: &tokio_postgres::Error| {
         pg.is_closed() || pg.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
@@ -1702,8 +1785,10 @@ fn connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
             return broken(pg);
         }
         match err.downcast_ref::<Error>() {
-            Some(Error::Db(pg) | Error::Connect(pg)) => return broken(pg),
-            Some(Error::Disconnected(_)) => return true,
+            Some(Error::Db(pg)) => return broken(pg),
+            // No connection could be had for the job (the server restarting or failing over):
+            // not the handler's failure either.
+            Some(Error::Connect(_) | Error::Disconnected(_) | Error::PoolUnavailable(_)) => return true,
             Some(_) => return false,
             None => {}
         }

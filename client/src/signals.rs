@@ -54,3 +54,6 @@ pub const RUNS_CLAIMED: &str = "rendezvous_runs_claimed_total";
 pub const RUNS_COMPLETED: &str = "rendezvous_runs_completed_total";
 /// Counter: failed run attempts recorded by this host's scheduler (retried, or failed for good).
 pub const RUNS_FAILED: &str = "rendezvous_runs_failed_total";
+/// History deleted by this host's retention passes, by `kind`: `firings`, `runs`, `hosts`
+/// (counter).
+pub const PRUNED: &str = "rendezvous_pruned_total";

@@ -139,6 +139,10 @@ statements! {
     PURGE_RUNS = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))"
         (FLOAT8) -> ("purge_runs": INT8);
 
+    /// One bounded retention step: `$1` rows at most of each kind.
+    PRUNE = "SELECT kind, deleted FROM rendezvous.prune($1::integer)"
+        (INT4) -> ("kind": TEXT, "deleted": INT8);
+
     /// Claim: `$1` group, `$2` candidate, `$3` wait.
     TRY_LEAD = "SELECT is_leader, leader, epoch, pg_catalog.pg_backend_pid()
        FROM rendezvous.try_lead($1::text, $2::text, $3::bool)"
@@ -151,6 +155,10 @@ statements! {
         (TEXT, TEXT, FLOAT8) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
     /// Listens for leader locks given back (payload: the group); the extension announces there.
     LISTEN_LEADERS = "LISTEN rendezvous_leader"
+        () -> ();
+    /// An elector's session receives the server's WARNINGs (an operator's step-down reason comes
+    /// as one) whatever the role's or database's `client_min_messages`.
+    WARNINGS_ON = "SET client_min_messages = warning"
         () -> ();
     /// The session's backend pid.
     BACKEND_PID = "SELECT pg_catalog.pg_backend_pid()"

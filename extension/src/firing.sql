@@ -29,6 +29,14 @@ CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE com
 CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS NULL AND failed_at IS NULL;
 -- A task's history, newest last: the task status view reads it.
 CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
+-- Unfinished firings in order (0.3.0): due_firings reads the oldest first, next_due_at the
+-- earliest lease, each in time independent of the backlog.
+CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_open_lease ON rendezvous.firings (lease_until) WHERE completed_at IS NULL AND failed_at IS NULL;
+-- Failed firings and firings with errors, per task (0.3.0): the task status view counts and
+-- shows them without reading a task's whole history; retention deletes failed ones.
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL;
+CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
 
 -- Validates a firing's instant: not NULL, finite, not before 0001-01-01 UTC (the key spells the

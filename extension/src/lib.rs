@@ -20,6 +20,7 @@ mod hrw;
 mod kept_plan;
 mod leader;
 mod membership;
+mod retention;
 mod runs;
 mod schedule;
 mod status;

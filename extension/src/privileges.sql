@@ -107,12 +107,23 @@ GRANT EXECUTE ON FUNCTION
     rendezvous.firing_states(text[], timestamptz[])
     TO rendezvous_host;
 
--- Observers read the status views (leader() is what status_leaders calls); admins purge.
+-- Observers read the status views (and may ask leader() about a group); admins purge.
 GRANT EXECUTE ON FUNCTION rendezvous.leader(text) TO rendezvous_observer;
 GRANT SELECT ON rendezvous.status_hosts, rendezvous.status_leaders, rendezvous.status_firings,
     rendezvous.status_runs, rendezvous.leader_locks TO rendezvous_observer;
 REVOKE EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firings(interval) TO rendezvous_admin;
+
+-- Retention (0.3.0): hosts prune (the scheduler does, in bounded steps); admins choose how long
+-- each kind is kept; observers read the settings.
+ALTER FUNCTION rendezvous.prune(integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.set_retention(text, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.reset_retention(text) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.prune(integer), rendezvous.set_retention(text, interval),
+    rendezvous.reset_retention(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.prune(integer) TO rendezvous_host;
+GRANT EXECUTE ON FUNCTION rendezvous.set_retention(text, interval), rendezvous.reset_retention(text) TO rendezvous_admin;
+GRANT SELECT ON rendezvous.retention_settings TO rendezvous_observer;
 
 -- The scheduler (0.2.0). Hosts register their tasks' schedules at startup and run them;
 -- pausing, resuming and removing a task is an admin's; observers read status_tasks.

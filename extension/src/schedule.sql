@@ -356,7 +356,8 @@ AS $$
         UNION ALL
         (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
           WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
-            AND f.lease_until > pg_catalog.clock_timestamp())
+            AND f.lease_until > pg_catalog.clock_timestamp()
+          ORDER BY f.lease_until LIMIT 1)
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS

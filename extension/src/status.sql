@@ -4,25 +4,29 @@
 
 CREATE VIEW rendezvous.status_hosts AS
     SELECT h.host_id, h.weight, h.first_seen, h.last_seen,
-           h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness() AS live
+           h.last_seen > pg_catalog.now() - rendezvous.default_staleness() AS live
       FROM rendezvous.hosts h;
 COMMENT ON VIEW rendezvous.status_hosts IS 'Every host that heartbeats, and whether it is live (default staleness, database clock).';
 
+-- pg_locks is read once for all groups (not once per group, as leader() would).
 CREATE VIEW rendezvous.status_leaders AS
-    SELECT l.group_name, c.leader, l.epoch, c.since, c.pid AS holder_pid,
-           c.pid IS NOT NULL AND c.leader IS NULL AS holder_unrecorded
+    SELECT l.group_name, CASE WHEN k.pid = l.pid THEN l.leader END AS leader, l.epoch,
+           CASE WHEN k.pid = l.pid THEN l.since END AS since, k.pid AS holder_pid,
+           k.pid IS NOT NULL AND (k.pid IS DISTINCT FROM l.pid OR l.leader IS NULL) AS holder_unrecorded
       FROM rendezvous.leaders l
-      CROSS JOIN LATERAL rendezvous.leader(l.group_name) c;
+      LEFT JOIN (SELECT g.lock_id, g.pid FROM rendezvous.leader_locks g WHERE g.granted) k ON k.lock_id = l.lock_id;
 COMMENT ON VIEW rendezvous.status_leaders IS
     'Per leader group: who leads (NULL: nobody), the epoch, since when, the lock holder''s pid, and whether a session holds the lock without being the recorded leader (a claim in flight).';
 
+-- The statement's clock (now(), stable), not clock_timestamp(): a volatile expression in a view
+-- keeps a caller's filters from reaching the indexes.
 CREATE VIEW rendezvous.status_firings AS
     SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
            CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
                 WHEN f.failed_at IS NOT NULL THEN 'failed'
                 WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
                 WHEN f.holder IS NULL THEN 'pending'
-                WHEN f.lease_until > pg_catalog.clock_timestamp()
+                WHEN f.lease_until > pg_catalog.now()
                      AND NOT rendezvous._holder_gone(f.holder_pid, f.holder_started) THEN 'running'
                 ELSE 'expired' END AS state,
            f.failures, f.failed_at, f.last_error
@@ -43,19 +47,19 @@ CREATE VIEW rendezvous.status_tasks AS
            WHERE f.task_id = t.task_id AND f.completed_at IS NOT NULL
            ORDER BY f.fire_at DESC LIMIT 1) done ON true
       LEFT JOIN LATERAL (
-          SELECT count(*) FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS running,
+          SELECT count(*) FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.now()) AS running,
                  array_agg(DISTINCT f.holder)
-                     FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.clock_timestamp()) AS holders,
+                     FILTER (WHERE f.holder IS NOT NULL AND f.lease_until > pg_catalog.now()) AS holders,
                  count(*) FILTER (WHERE f.holder IS NULL AND f.failures = 0) AS pending,
                  count(*) FILTER (WHERE f.holder IS NULL AND f.failures > 0) AS retrying
             FROM rendezvous.firings f
            WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) open ON true
       LEFT JOIN LATERAL (
           SELECT count(*) AS failed FROM rendezvous.firings f
-           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL) bad ON true
+           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL) bad ON true    -- firings_failed
       LEFT JOIN LATERAL (
           SELECT f.fire_at, f.last_error FROM rendezvous.firings f
-           WHERE f.task_id = t.task_id AND f.failures > 0
+           WHERE f.task_id = t.task_id AND f.failures > 0                  -- firings_errors
            ORDER BY f.fire_at DESC LIMIT 1) err ON true;
 COMMENT ON VIEW rendezvous.status_tasks IS
     'Per scheduled task: its schedule and next fire time, its last completed firing, firings running (and their holders), pending and waiting to be retried, failed for good, the latest error, fire times skipped by policy, and why its firings could not be made (plan_error).';

@@ -58,3 +58,19 @@ UPDATE rendezvous.tasks SET lease = interval '1 day' WHERE lease > interval '1 d
 -- task's share (a new signature), and the pass its budget.
 DROP FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz);
 DROP FUNCTION rendezvous._make_due_firings(timestamptz, integer);
+
+-- Costs that do not grow with time (#25): ordered indexes on unfinished firings (due_firings,
+-- next_due_at), per-task indexes of failed firings and firings with errors (status_tasks,
+-- retention).
+CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_open_lease ON rendezvous.firings (lease_until) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL;
+CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
+-- Retention by default (retention.sql): an administrator's settings.
+CREATE TABLE rendezvous.retention (
+    kind text PRIMARY KEY,
+    keep interval,
+    CONSTRAINT retention_kind_valid CHECK (kind IN ('firings', 'runs', 'hosts')),
+    CONSTRAINT retention_keep_valid CHECK (keep IS NULL OR (keep > interval '0' AND isfinite(keep)))
+);
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.retention', '');

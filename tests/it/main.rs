@@ -8,6 +8,7 @@ mod hrw;
 mod leader;
 mod membership;
 mod pool;
+mod retention;
 mod roles;
 mod runs;
 mod schedule;

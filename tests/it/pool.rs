@@ -47,6 +47,11 @@ async fn a_pool_heals_across_terminated_sessions_and_a_server_restart() {
     let open = pool.status().open;
     assert_eq!((open, pool.status().idle), (8, 8), "{:?}", pool.status());
     let first = all_ok(admit_many(&pool, "before", 8).await);
+    // Hold all eight again, to see each one's session end below.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(pool.get().await.unwrap());
+    }
 
     // Every session of the pool is terminated (waiting until each backend is gone).
     let admin = rendezvous_tests::connect(&cluster.url()).await;
@@ -61,7 +66,12 @@ async fn a_pool_heals_across_terminated_sessions_and_a_server_restart() {
         .get(0);
     assert_eq!(ended as usize, open, "every pooled session was terminated");
     // The client's connection drivers read the end of each session as it arrives.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waited = Instant::now();
+    while !held.iter().all(|c| c.is_closed()) {
+        assert!(waited.elapsed() < Duration::from_secs(10), "a terminated session still looks open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(held);
     // The same calls succeed: broken connections are replaced, and admission is idempotent.
     assert_eq!(all_ok(admit_many(&pool, "before", 8).await), first);
     all_ok(admit_many(&pool, "after-terminate", 8).await);
@@ -94,8 +104,8 @@ async fn a_pool_says_when_every_connection_stays_in_use() {
     let pool = Pool::start(&db.url, options).await.unwrap();
     let held = pool.get().await.unwrap();
     match pool.get().await {
-        Err(Error::PoolTimeout(message)) => assert!(message.contains("max_size"), "{message}"),
-        other => panic!("expected PoolTimeout, got {other:?}"),
+        Err(Error::PoolUnavailable(message)) => assert!(message.contains("max_size"), "{message}"),
+        other => panic!("expected PoolUnavailable, got {other:?}"),
     }
     drop(held);
     let conn = pool.get().await.unwrap();

@@ -1,0 +1,116 @@
+-- Retention (retention.rs): how long finished firings, finished runs and dead hosts are kept,
+-- and prune(), which deletes what is older in bounded batches through indexes.
+
+-- An administrator's settings; a kind without a row keeps its default (_retention_default).
+-- keep NULL: kept for ever.
+CREATE TABLE rendezvous.retention (
+    kind text PRIMARY KEY,
+    keep interval,
+    CONSTRAINT retention_kind_valid CHECK (kind IN ('firings', 'runs', 'hosts')),
+    CONSTRAINT retention_keep_valid CHECK (keep IS NULL OR (keep > interval '0' AND isfinite(keep)))
+);
+COMMENT ON TABLE rendezvous.retention IS
+    'How long each kind of history is kept, where an administrator changed the default (set_retention); keep NULL: for ever.';
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.retention', '');
+
+-- The defaults: firings a day (far longer than any host could still see one as due), runs a
+-- week (a redelivered dispatch_key of a purged run admits a new run: keep runs longer than any
+-- redelivery), dead hosts a day.
+CREATE FUNCTION rendezvous._retention_default(kind text) RETURNS interval
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE kind WHEN 'firings' THEN interval '1 day' WHEN 'runs' THEN interval '7 days'
+                     WHEN 'hosts' THEN interval '1 day' END
+$$;
+
+-- The settings in force, one row per kind.
+CREATE VIEW rendezvous.retention_settings AS
+    SELECT k.kind, CASE WHEN r.kind IS NULL THEN rendezvous._retention_default(k.kind) ELSE r.keep END AS keep,
+           r.kind IS NULL AS is_default
+      FROM (VALUES ('firings'), ('runs'), ('hosts')) AS k(kind)
+      LEFT JOIN rendezvous.retention r ON r.kind = k.kind;
+COMMENT ON VIEW rendezvous.retention_settings IS
+    'How long finished firings, finished runs and dead hosts are kept (keep NULL: for ever), and whether that is the default.';
+
+CREATE FUNCTION rendezvous.set_retention(kind text, keep interval) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF set_retention.kind IS NULL OR set_retention.kind NOT IN ('firings', 'runs', 'hosts') THEN
+        RAISE EXCEPTION 'kind must be firings, runs or hosts (got %)', coalesce(quote_literal(set_retention.kind), 'NULL')
+            USING ERRCODE = '22023';
+    ELSIF set_retention.keep IS NOT NULL AND (set_retention.keep <= interval '0' OR NOT isfinite(set_retention.keep)) THEN
+        RAISE EXCEPTION 'keep must be a positive finite interval, or NULL to keep % for ever (got %)',
+            set_retention.kind, set_retention.keep USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO rendezvous.retention AS r (kind, keep) VALUES (set_retention.kind, set_retention.keep)
+    ON CONFLICT (kind) DO UPDATE SET keep = excluded.keep;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.set_retention(text, interval) IS
+    'Keeps finished firings, finished runs or dead hosts (kind) for keep (NULL: for ever) instead of the default.';
+
+CREATE FUNCTION rendezvous.reset_retention(kind text) RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM rendezvous.retention r WHERE r.kind = reset_retention.kind
+$$;
+COMMENT ON FUNCTION rendezvous.reset_retention(text) IS 'Returns kind to its default retention.';
+
+-- One bounded step of retention: at most max_rows of each kind, oldest first, through the
+-- indexes on completed_at, failed_at, the runs' updated_at and the hosts' last_seen. Rows
+-- another session has locked are skipped, so concurrent callers share the work. A caller that
+-- got max_rows of a kind back calls again (after a pause: the scheduler does).
+CREATE FUNCTION rendezvous.prune(max_rows integer DEFAULT 1000)
+RETURNS TABLE (kind text, deleted bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s record;
+    cutoff timestamptz;
+    n bigint;
+    m bigint;
+BEGIN
+    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 100000 THEN
+        RAISE EXCEPTION 'max_rows must be 1 to 100000 (got %)', coalesce(max_rows::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+    FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
+        -- A value, not an expression: the planner then reads the index from its start.
+        cutoff := clock_timestamp() - s.keep;
+        IF s.kind = 'firings' THEN
+            DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
+                SELECT g.firing_key FROM rendezvous.firings g WHERE g.completed_at < cutoff
+                 ORDER BY g.completed_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
+            GET DIAGNOSTICS n = ROW_COUNT;
+            DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
+                SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff
+                 ORDER BY g.failed_at LIMIT max_rows - n FOR UPDATE SKIP LOCKED));
+            GET DIAGNOSTICS m = ROW_COUNT;
+            n := n + m;
+        ELSIF s.kind = 'runs' THEN
+            DELETE FROM rendezvous.runs r WHERE r.run_id = ANY (ARRAY(
+                SELECT q.run_id FROM rendezvous.runs q
+                 WHERE q.state IN ('succeeded', 'failed', 'cancelled') AND q.updated_at < cutoff
+                 ORDER BY q.updated_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
+            GET DIAGNOSTICS n = ROW_COUNT;
+        ELSE
+            DELETE FROM rendezvous.hosts h WHERE h.host_id = ANY (ARRAY(
+                SELECT x.host_id FROM rendezvous.hosts x WHERE x.last_seen < cutoff
+                 ORDER BY x.last_seen LIMIT max_rows FOR UPDATE SKIP LOCKED));
+            GET DIAGNOSTICS n = ROW_COUNT;
+        END IF;
+        kind := s.kind;
+        deleted := n;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.prune(integer) IS
+    'One bounded step of retention: deletes at most max_rows finished firings, finished runs and dead hosts older than their retention_settings, oldest first; returns how many of each. Call again while a kind returns max_rows.';

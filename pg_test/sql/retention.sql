@@ -1,0 +1,85 @@
+-- Retention: defaults, settings, bounded pruning of only what is old and finished, and the
+-- indexes the status views and the scheduler's polls read (costs that do not grow with history).
+SELECT kind, keep, is_default FROM rendezvous.retention_settings ORDER BY kind;
+
+-- Bad settings and bad batch sizes are refused with 22023.
+SELECT regress.err($$SELECT rendezvous.set_retention('jobs', '1 day')$$);
+SELECT regress.err($$SELECT rendezvous.set_retention(NULL, '1 day')$$);
+SELECT regress.err($$SELECT rendezvous.set_retention('runs', '-1 day')$$);
+SELECT regress.err($$SELECT rendezvous.prune(0)$$);
+SELECT regress.err($$SELECT rendezvous.prune(NULL)$$);
+SELECT regress.err($$SELECT rendezvous.prune(100001)$$);
+
+-- History: 5 firings completed two days ago, 1 completed now, 2 unfinished from two days ago,
+-- 1 failed for good two days ago; 4 runs finished two days ago, 1 now, 1 pending from then;
+-- 3 hosts silent for two days, 1 live.
+TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.hosts;
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
+SELECT 'old-' || i, 'ret', now() - interval '2 days' + i * interval '1 s', 1, now() - interval '2 days', now() - interval '2 days' + i * interval '1 s'
+  FROM generate_series(1, 5) i;
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
+VALUES ('new', 'ret', now(), 1, now(), now());
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until)
+VALUES ('open-1', 'ret', now() - interval '2 days', 0, now() - interval '2 days'),
+       ('open-2', 'ret', now() - interval '2 days', 0, now() - interval '2 days');
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, failures, failed_at)
+VALUES ('failed', 'ret', now() - interval '2 days', 1, now() - interval '2 days', 3, now() - interval '2 days');
+INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
+SELECT 't', 'w', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days' FROM generate_series(1, 4);
+INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
+VALUES ('t', 'w', '{}', 'succeeded', now(), now()), ('t', 'w', '{}', 'pending', now() - interval '9 days', now() - interval '9 days');
+INSERT INTO rendezvous.hosts (host_id, first_seen, last_seen)
+SELECT 'dead-' || i, now() - interval '3 days', now() - interval '2 days' FROM generate_series(1, 3) i;
+SELECT rendezvous.heartbeat('alive') IS NOT NULL AS alive;
+
+-- Bounded steps, oldest first: 4 at most of each kind a call, until a call returns fewer.
+SELECT kind, deleted FROM rendezvous.prune(4) ORDER BY kind;
+SELECT kind, deleted FROM rendezvous.prune(4) ORDER BY kind;
+SELECT kind, deleted FROM rendezvous.prune(4) ORDER BY kind;
+-- What is left: recent and unfinished work, and the live host.
+SELECT firing_key FROM rendezvous.firings ORDER BY 1;
+SELECT state, count(*) FROM rendezvous.runs GROUP BY state ORDER BY 1;
+SELECT host_id FROM rendezvous.hosts ORDER BY 1;
+
+-- Kept for ever, or shorter: a setting per kind; reset returns to the default.
+SELECT rendezvous.set_retention('firings', NULL), rendezvous.set_retention('runs', '1 hour');
+SELECT kind, keep, is_default FROM rendezvous.retention_settings ORDER BY kind;
+UPDATE rendezvous.firings SET completed_at = now() - interval '3 days' WHERE firing_key = 'new';
+UPDATE rendezvous.runs SET updated_at = now() - interval '2 hours' WHERE state = 'succeeded';
+SELECT kind, deleted FROM rendezvous.prune() ORDER BY kind;
+SELECT count(*) AS firings_kept FROM rendezvous.firings;
+SELECT rendezvous.reset_retention('firings'), rendezvous.reset_retention('runs');
+SELECT kind, keep, is_default FROM rendezvous.retention_settings ORDER BY kind;
+
+-- Who may: hosts prune, only admins change the settings, observers read them.
+CREATE ROLE rendezvous_regress_keeper LOGIN;
+GRANT rendezvous_host TO rendezvous_regress_keeper;
+SET ROLE rendezvous_regress_keeper;
+SELECT count(*) FROM rendezvous.prune(10);
+SELECT regress.err($$SELECT rendezvous.set_retention('runs', '1 day')$$);
+SELECT regress.err($$SELECT * FROM rendezvous.retention$$);
+RESET ROLE;
+DROP ROLE rendezvous_regress_keeper;
+
+-- Index use, whatever the history (enable_seqscan off: only a missing index shows a Seq Scan).
+SET enable_seqscan = off;
+-- Retention's batches, oldest first.
+EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE completed_at < now() - interval '1 day' ORDER BY completed_at LIMIT 1000;
+EXPLAIN (COSTS OFF) SELECT run_id FROM rendezvous.runs
+ WHERE state IN ('succeeded', 'failed', 'cancelled') AND updated_at < now() - interval '1 day' ORDER BY updated_at LIMIT 1000;
+-- The status views' reads of firings in flight and recently completed (a stable clock in the
+-- view lets the filters reach the indexes).
+EXPLAIN (COSTS OFF) SELECT firing_key, state FROM rendezvous.status_firings
+ WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20;
+EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10;
+-- A task's failed firings and its latest error.
+EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret' AND failed_at IS NOT NULL;
+EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE task_id = 'ret' AND failures > 0 ORDER BY fire_at DESC LIMIT 1;
+-- The scheduler's earliest unfinished firing and earliest lease.
+EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 100;
+EXPLAIN (COSTS OFF) SELECT lease_until FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL
+   AND lease_until > now() ORDER BY lease_until LIMIT 1;
+RESET enable_seqscan;
+-- One clock per statement in the status views: a firing's state cannot change mid-statement.
+SELECT pg_catalog.pg_get_viewdef('rendezvous.status_firings'::regclass) LIKE '%clock_timestamp%' AS volatile_clock;
+TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.hosts;
