@@ -73,4 +73,6 @@ CREATE TABLE rendezvous.retention (
     CONSTRAINT retention_kind_valid CHECK (kind IN ('firings', 'runs', 'hosts')),
     CONSTRAINT retention_keep_valid CHECK (keep IS NULL OR (keep > interval '0' AND isfinite(keep)))
 );
+COMMENT ON TABLE rendezvous.retention IS
+    'How long each kind of history is kept, where an administrator changed the default (set_retention); keep NULL: for ever.';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.retention', '');

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Costs that must not grow with history (#25), run by `scripts/bench.sh scale` on its cluster
+# (DATABASE_URL, with pg_rendezvous): the time of `rendezvous status --json` (what the
+# dashboard reads every 2 s) and `--prometheus`, beside the same reads through the 0.2.0 view
+# definitions (O(history): a stamped clock, per-task scans of the whole history, one pg_locks
+# read per group), at growing sizes of history, hosts and leader groups. Each figure is the
+# median of 3 runs, in milliseconds.
+#   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
+#   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT_DIR"
+: "${DATABASE_URL:?run through scripts/bench.sh scale}"
+firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
+host_sizes=(${SCALE_HOSTS:-100 1000 10000})
+group_sizes=(${SCALE_GROUPS:-100 1000 5000})
+psql_() { "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
+
+# The 0.2.0 reads, as the baseline (views of its install script, in a scratch schema).
+psql_ <<'SQL'
+DROP SCHEMA IF EXISTS bench_v020 CASCADE;
+CREATE SCHEMA bench_v020;
+CREATE VIEW bench_v020.status_firings AS
+    SELECT f.*, CASE WHEN f.completed_at IS NOT NULL THEN 'completed' WHEN f.failed_at IS NOT NULL THEN 'failed'
+                     WHEN f.holder IS NULL THEN 'pending'
+                     WHEN f.lease_until > clock_timestamp() THEN 'running' ELSE 'expired' END AS state
+      FROM rendezvous.firings f;
+CREATE VIEW bench_v020.status_leaders AS
+    SELECT l.group_name, c.leader, l.epoch FROM rendezvous.leaders l CROSS JOIN LATERAL rendezvous.leader(l.group_name) c;
+CREATE FUNCTION bench_v020.status() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM count(*) FILTER (WHERE completed_at IS NULL AND failed_at IS NULL), count(*) FILTER (WHERE completed_at IS NOT NULL),
+            count(*) FILTER (WHERE failed_at IS NOT NULL) FROM bench_v020.status_firings;
+    PERFORM * FROM bench_v020.status_firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20;
+    PERFORM t.task_id, (SELECT count(*) FROM rendezvous.firings f WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL),
+            (SELECT f.fire_at FROM rendezvous.firings f WHERE f.task_id = t.task_id AND f.failures > 0 ORDER BY f.fire_at DESC LIMIT 1)
+       FROM rendezvous.tasks t;
+    PERFORM * FROM bench_v020.status_leaders;
+    PERFORM * FROM rendezvous.status_hosts ORDER BY host_id;
+END
+$$;
+SQL
+
+median_ms() { # command...: the median wall time of 3 runs, in ms
+  local t=()
+  for _ in 1 2 3; do
+    local s e
+    s=$(date +%s%N); "$@" >/dev/null; e=$(date +%s%N)
+    t+=($(((e - s) / 1000000)))
+  done
+  printf '%s\n' "${t[@]}" | sort -n | sed -n 2p
+}
+ours_json() { median_ms "$RENDEZVOUS" status --json --database-url "$DATABASE_URL"; }
+ours_prom() { median_ms "$RENDEZVOUS" status --prometheus --database-url "$DATABASE_URL"; }
+v020() { median_ms psql_ -c "SET statement_timeout = '120s'; SELECT bench_v020.status()"; }
+
+# 20 per-second tasks whose history the firings are (as a fleet of them leaves it).
+psql_ -c "SELECT count(rendezvous.schedule_task('t' || i, '* * * * * *')) FROM generate_series(1, 20) i" >/dev/null
+
+echo
+echo "| history (firings + runs) | rendezvous status --json | --prometheus | 0.2.0 reads |"
+echo "|---|---|---|---|"
+have=0
+for n in "${firings_sizes[@]}"; do
+  if [ "$n" -gt "$have" ]; then
+    psql_ <<SQL
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder)
+SELECT 'b' || i, 't' || (i % 20 + 1), now() - interval '1 hour' - i * interval '1 ms', 1, now() - interval '1 hour',
+       now() - interval '1 hour', now() - interval '1 hour' + (i % 1000) * interval '1 ms', 'h'
+  FROM generate_series($have + 1, $n) i;
+INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, dispatch_key, state, created_at, updated_at)
+SELECT 't', 'w', '{}', 'k' || i, 'succeeded', now() - interval '1 hour', now() - interval '1 hour'
+  FROM generate_series($have + 1, $n) i;
+VACUUM ANALYZE rendezvous.firings, rendezvous.runs;
+SQL
+    have=$n
+  fi
+  echo "| $(printf "%'d" "$n") | $(ours_json) ms | $(ours_prom) ms | $(v020) ms |"
+done
+
+echo
+echo "| hosts (all live) | rendezvous status --json | 0.2.0 reads |"
+echo "|---|---|---|"
+for n in "${host_sizes[@]}"; do
+  psql_ -c "INSERT INTO rendezvous.hosts (host_id, first_seen, last_seen) SELECT 'host-' || i, now(), now()
+              FROM generate_series(1, $n) i ON CONFLICT (host_id) DO UPDATE SET last_seen = now()" >/dev/null
+  echo "| $(printf "%'d" "$n") | $(ours_json) ms | $(v020) ms |"
+done
+
+echo
+echo "| leader groups (each held by a session's lock) | rendezvous status --json | 0.2.0 reads |"
+echo "|---|---|---|"
+holder_pid=""
+cleanup() { [ -z "$holder_pid" ] || kill "$holder_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+for n in "${group_sizes[@]}"; do
+  cleanup
+  # One session takes every group's lock and keeps it (as leaders' sessions would).
+  psql_ -c "SELECT count(*) FROM generate_series(1, $n) g, rendezvous.try_lead('group-' || g, 'c')" -c "SELECT pg_sleep(3600)" &
+  holder_pid=$!
+  until [ "$(psql_ -At -c "SELECT count(*) FROM rendezvous.leader_locks WHERE granted")" -ge "$n" ]; do sleep 0.2; done
+  echo "| $(printf "%'d" "$n") | $(ours_json) ms | $(v020) ms |"
+done
+cleanup
+holder_pid=""
+psql_ -c "DROP SCHEMA bench_v020 CASCADE" >/dev/null
