@@ -74,15 +74,18 @@ COMMENT ON VIEW rendezvous.status_runs IS
 -- The run queue per workflow: pending (and how many are runnable now), running, and the age of
 -- the oldest runnable run. Reads only unfinished runs (partial indexes), whatever the history.
 CREATE VIEW rendezvous.status_run_queue AS
-    SELECT r.workflow_ref,
-           count(*) FILTER (WHERE r.state = 'pending') AS pending,
-           count(*) FILTER (WHERE r.state = 'pending' AND r.runnable_at <= pg_catalog.now()) AS runnable,
-           count(*) FILTER (WHERE r.state = 'running') AS running,
-           pg_catalog.now() - min(r.runnable_at) FILTER (WHERE r.state = 'pending' AND r.runnable_at <= pg_catalog.now())
-               AS oldest_runnable_age
-      FROM rendezvous.runs r
-     WHERE r.state IN ('pending', 'running')
-     GROUP BY r.workflow_ref;
+    -- Pending and running runs read apart, each through its partial index (one filter on both
+    -- states read every run: 60 ms at a million finished ones).
+    SELECT q.workflow_ref, sum(q.pending)::bigint AS pending, sum(q.runnable)::bigint AS runnable,
+           sum(q.running)::bigint AS running, max(q.oldest_runnable_age) AS oldest_runnable_age
+      FROM (SELECT r.workflow_ref, count(*) AS pending,
+                   count(*) FILTER (WHERE r.runnable_at <= pg_catalog.now()) AS runnable, 0::bigint AS running,
+                   pg_catalog.now() - min(r.runnable_at) FILTER (WHERE r.runnable_at <= pg_catalog.now()) AS oldest_runnable_age
+              FROM rendezvous.runs r WHERE r.state = 'pending' GROUP BY r.workflow_ref
+            UNION ALL
+            SELECT r.workflow_ref, 0, 0, count(*), NULL
+              FROM rendezvous.runs r WHERE r.state = 'running' GROUP BY r.workflow_ref) q
+     GROUP BY q.workflow_ref;
 COMMENT ON VIEW rendezvous.status_run_queue IS
     'Per workflow_ref: runs pending (runnable now), running, and how long the oldest runnable run has waited.';
 
