@@ -25,38 +25,37 @@ pub fn explain(e: tokio_postgres::Error) -> String {
 /// Reads the status as JSON.
 pub async fn collect(client: &Client) -> Result<Value, String> {
     rendezvous_client::check_extension(client).await.map_err(|e| e.to_string())?;
-    // Totals over every host and group; rows for at most MAX_LISTED of each, the ones to look
-    // at first (stale hosts, leaderless groups): the cost and the output stay small with
-    // thousands of either.
-    let host_totals = rows(
+    // Rows for at most 100 hosts and 100 groups, the ones to look at first (stale hosts,
+    // leaderless groups), each with the totals over all of them (window aggregates: one read of
+    // each view, pg_locks included): the cost and the output stay small with thousands of either.
+    let host_rows = rows(
         client,
-        "SELECT count(*), count(*) FILTER (WHERE live), coalesce(sum(weight) FILTER (WHERE live), 0)::float8
-           FROM rendezvous.status_hosts",
-    )
-    .await?;
-    let group_totals = rows(
-        client,
-        "SELECT count(*), count(*) FILTER (WHERE leader IS NOT NULL) FROM rendezvous.status_leaders",
-    )
-    .await?;
-    let hosts: Vec<Value> = rows(
-        client,
-        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live
+        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live,
+                count(*) OVER (), count(*) FILTER (WHERE live) OVER (),
+                coalesce(sum(weight) FILTER (WHERE live) OVER (), 0)::float8
            FROM rendezvous.status_hosts ORDER BY live, host_id LIMIT 100",
     )
-    .await?
-    .iter()
-    .map(|r| json!({"host_id": r.get::<_, String>(0), "weight": r.get::<_, f64>(1), "seconds_since_heartbeat": r.get::<_, f64>(2), "live": r.get::<_, bool>(3)}))
-    .collect();
-    let leaders: Vec<Value> = rows(
+    .await?;
+    let hosts: Vec<Value> = host_rows
+        .iter()
+        .map(|r| json!({"host_id": r.get::<_, String>(0), "weight": r.get::<_, f64>(1), "seconds_since_heartbeat": r.get::<_, f64>(2), "live": r.get::<_, bool>(3)}))
+        .collect();
+    let (hosts_total, hosts_live, hosts_live_weight) = host_rows
+        .first()
+        .map_or((0, 0, 0.0), |r| (r.get::<_, i64>(4), r.get::<_, i64>(5), r.get::<_, f64>(6)));
+    let leader_rows = rows(
         client,
-        "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8
+        "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8,
+                count(*) OVER (), count(leader) OVER ()
            FROM rendezvous.status_leaders ORDER BY leader IS NOT NULL, 1 LIMIT 100",
     )
-    .await?
-    .iter()
-    .map(|r| json!({"group": r.get::<_, String>(0), "leader": r.get::<_, Option<String>>(1), "epoch": r.get::<_, i64>(2), "pid": r.get::<_, Option<i32>>(3), "seconds_leading": r.get::<_, Option<f64>>(4)}))
-    .collect();
+    .await?;
+    let leaders: Vec<Value> = leader_rows
+        .iter()
+        .map(|r| json!({"group": r.get::<_, String>(0), "leader": r.get::<_, Option<String>>(1), "epoch": r.get::<_, i64>(2), "pid": r.get::<_, Option<i32>>(3), "seconds_leading": r.get::<_, Option<f64>>(4)}))
+        .collect();
+    let (groups_total, groups_led) =
+        leader_rows.first().map_or((0, 0), |r| (r.get::<_, i64>(5), r.get::<_, i64>(6)));
     let firing = |sql: &'static str| async move {
         Ok::<Vec<Value>, String>(
             rows(client, sql)
@@ -127,11 +126,11 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .collect();
     Ok(json!({
         "hosts": hosts,
-        "hosts_total": host_totals[0].get::<_, i64>(0),
-        "hosts_live": host_totals[0].get::<_, i64>(1),
-        "hosts_live_weight": host_totals[0].get::<_, f64>(2),
-        "groups_total": group_totals[0].get::<_, i64>(0),
-        "groups_led": group_totals[0].get::<_, i64>(1),
+        "hosts_total": hosts_total,
+        "hosts_live": hosts_live,
+        "hosts_live_weight": hosts_live_weight,
+        "groups_total": groups_total,
+        "groups_led": groups_led,
         "run_queue": queue,
         "leaders": leaders,
         "replication": replication,

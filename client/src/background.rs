@@ -69,15 +69,11 @@ impl<T> Background<T> {
         self.report.get_or_try_init(|| shutdown).await.cloned()
     }
 
-    /// Asks the task to stop and waits for it until `deadline` (`None`: for as long as it
-    /// takes). `None`: another clone stopped it already. `Some(None)`: it did not end in time
-    /// and was aborted.
-    pub(crate) async fn stop(&self, deadline: Option<Duration>) -> Option<Option<Result<T, crate::Error>>> {
+    /// Asks the task to stop and waits for it until `deadline`. `None`: another clone stopped it
+    /// already. `Some(None)`: it did not end in time and was aborted.
+    pub(crate) async fn stop(&self, deadline: Duration) -> Option<Option<Result<T, crate::Error>>> {
         let _ = self.stop.send(true);
         let mut task = self.take()?;
-        let Some(deadline) = deadline else {
-            return Some(Some(task.await.map_err(|e| crate::Error::TaskFailed(e.to_string()))));
-        };
         match tokio::time::timeout(deadline, &mut task).await {
             Ok(ended) => Some(Some(ended.map_err(|e| crate::Error::TaskFailed(e.to_string())))),
             Err(_) => {
@@ -85,6 +81,13 @@ impl<T> Background<T> {
                 Some(None)
             }
         }
+    }
+
+    /// Asks the task to stop and waits for it for as long as it takes (for a task that stops at
+    /// once when asked). `None`: another clone stopped it already.
+    pub(crate) async fn stop_and_join(&self) -> Option<Result<T, crate::Error>> {
+        let _ = self.stop.send(true);
+        self.join().await
     }
 
     /// Waits until the task ends by itself.

@@ -299,7 +299,7 @@ impl LeaderElector {
     pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {
         self.background
             .shutdown_once(async {
-                let stopped = self.background.stop(Some(deadline)).await;
+                let stopped = self.background.stop(deadline).await;
                 self.valid_until.store(0, Ordering::Release);
                 let mut report = ShutdownReport::default();
                 if let Some(Some(outcome)) = stopped {

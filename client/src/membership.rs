@@ -212,7 +212,7 @@ impl Membership {
         self.background
             .shutdown_once(async {
                 let mut report = ShutdownReport::default();
-                if let Some(Some(outcome)) = self.background.stop(Some(deadline)).await {
+                if let Some(Some(outcome)) = self.background.stop(deadline).await {
                     report.on_time = true;
                     match outcome? {
                         Ok(()) => report.left = true,

@@ -1128,10 +1128,9 @@ impl Scheduler {
         let mut report = ShutdownReport { on_time: true, ..ShutdownReport::default() };
         // The loop stops at once when asked; its jobs are awaited (to the deadline) below. Not
         // bounded here: cut off, it would leave jobs running whose claims are released below.
-        let jobs = match self.background.stop(None).await {
+        let jobs = match self.background.stop_and_join().await {
             None => return Ok(ShutdownReport::default()),
-            Some(None) => Vec::new(),
-            Some(Some(jobs)) => jobs?,
+            Some(jobs) => jobs?,
         };
         for mut job in jobs {
             if job.is_finished() {
