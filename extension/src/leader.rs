@@ -20,6 +20,7 @@
 //! records a term cannot be prepared (two-phase commit would let the record and the lock part).
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::pg_sys::panic::{CaughtError, ErrorReport};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::AssertUnwindSafe;
@@ -306,7 +307,7 @@ fn try_lead(
     candidate: Option<&str>,
     wait: default!(Option<bool>, "false"),
 ) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
-    lead(group_name, candidate, wait, None)
+    lead_or_explain(group_name, candidate, wait, None)
 }
 
 /// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
@@ -333,7 +334,51 @@ fn try_lead_with_lease(
              on rendezvous.leaders; LISTEN on rendezvous_leader and call try_lead again when it fires (the client does)",
         );
     }
-    lead(group_name, candidate, wait, lease)
+    lead_or_explain(group_name, candidate, wait, lease)
+}
+
+/// `lead`, with a full lock table explained: each group a session leads keeps one entry of the
+/// server's shared lock table for as long as it leads, so a server leading many groups runs out
+/// of entries (SQLSTATE 53200); the error then says how many the server has and what to raise.
+fn lead_or_explain(
+    group_name: Option<&str>,
+    candidate: Option<&str>,
+    wait: Option<bool>,
+    lease: Option<Interval>,
+) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
+    PgTryBuilder::new(|| lead(group_name, candidate, wait, lease))
+        .catch_when(PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY, |caught| match &caught {
+            CaughtError::PostgresError(report) if report.message().contains("shared memory") => {
+                lock_table_full()
+            }
+            _ => caught.rethrow(),
+        })
+        .execute()
+}
+
+/// Raises 53200 for a full shared lock table, with its size and the sizing rule.
+fn lock_table_full() -> ! {
+    // SAFETY: plain integers set at server start; reading them does not touch the database
+    // (nothing may, until this aborted statement is rolled back).
+    let (per_transaction, backends) = unsafe { (pg_sys::max_locks_per_xact, pg_sys::MaxBackends) };
+    // SAFETY: a GUC lookup by a NUL-terminated name; the value is copied before anything else runs.
+    let prepared = unsafe {
+        let value = pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), true, false);
+        if value.is_null() { 0 } else { CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(0) }
+    };
+    let entries = i64::from(per_transaction) * (i64::from(backends) + i64::from(prepared));
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+        format!("the server's lock table is full: it has about {entries} entries, and each leader group held takes one"),
+        "pg_rendezvous",
+    )
+    .set_hint(format!(
+        "The groups led at once (all sessions together), plus the locks other work holds, must stay under \
+         max_locks_per_transaction ({per_transaction}) x (max_connections + background processes + \
+         max_prepared_transactions) ({entries}): raise max_locks_per_transaction (a restart), or lead fewer groups"
+    ))
+    .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
 }
 
 fn lead(

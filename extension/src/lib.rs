@@ -27,6 +27,23 @@ mod status;
 
 ::pgrx::pg_module_magic!(name, version);
 
+/// Runs once in each backend that loads the library.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    quiet_backtraces();
+}
+
+/// An ERROR PostgreSQL raises inside a call the extension makes (a full lock table, a
+/// statement timeout, a serialization failure) reaches the client as itself; pgrx would add a
+/// Rust backtrace to its DETAIL whenever the server runs with `RUST_BACKTRACE` set. Unless the
+/// server sets `RUST_LIB_BACKTRACE` itself (1 brings the backtraces back), errors stay plain.
+fn quiet_backtraces() {
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        // A backend is single-threaded; nothing reads the environment concurrently.
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+}
+
 extension_sql_file!("schema.sql", name = "schema_comment", bootstrap);
 extension_sql_file!("privileges.sql", name = "privileges", finalize);
 

@@ -614,3 +614,46 @@ async fn a_long_fenced_write_does_not_depose_its_own_leader() {
     assert_eq!(a.epoch(), Some(epoch));
     a.shutdown(std::time::Duration::from_secs(10)).await.unwrap();
 }
+
+/// A server whose shared lock table fills with leader groups refuses the next claim with a
+/// plain 53200 that says why and what to raise, never a Rust backtrace; the groups already
+/// held stay held, and the session goes on working.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_lock_table_is_a_plain_53200_with_the_sizing_rule() {
+    use rendezvous_cli::cluster::ClusterOptions;
+    let settings = [("max_locks_per_transaction", "10"), ("max_connections", "10"), ("fsync", "off")];
+    let cluster = Cluster::start_with(&ClusterOptions {
+        settings: settings.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let client = rendezvous_tests::connect(&cluster.url()).await;
+    let mut led = 0;
+    let error = loop {
+        assert!(led < 100_000, "the lock table never filled");
+        match leader::try_lead(&client, &format!("g{led}"), "c").await {
+            Ok(l) => {
+                assert!(l.is_leader);
+                led += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    let Error::Db(db) = &error else { panic!("not a database error: {error:?}") };
+    let db = db.as_db_error().expect("a server error");
+    assert_eq!(db.code(), &SqlState::OUT_OF_MEMORY, "{db:?}");
+    assert!(db.message().contains("lock table is full"), "{db:?}");
+    let hint = db.hint().unwrap_or_default();
+    assert!(hint.contains("max_locks_per_transaction (10)"), "{hint}");
+    assert!(db.detail().is_none_or(|d| !d.contains("panic") && !d.contains("backtrace")), "{db:?}");
+    assert!(led >= 100, "only {led} groups before the table filled");
+    // What was held is still held, and the session answers.
+    let held: i64 = client
+        .query_one("SELECT count(*) FROM rendezvous.leaders WHERE pid = pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, led as i64);
+    drop(client);
+}
