@@ -93,7 +93,7 @@ pub use error::{Error, Result, MAX_ID_BYTES};
 pub use firing::{Firing, FiringClaim, FiringState};
 pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
-pub use membership::{HeartbeatStatus, Membership, MembershipOptions};
+pub use membership::{HeartbeatStatus, LiveView, Membership, MembershipOptions};
 pub use pool::{Pool, PoolOptions, PoolStatus, PooledClient};
 pub use runs::{RetryPolicy, RunClaim};
 pub use schedule::{

@@ -7,7 +7,7 @@ use tokio_postgres::GenericClient;
 
 use crate::background::{Background, ShutdownReport};
 use crate::connection::connect_as;
-use crate::{signals, sql, Database, Error, Result};
+use crate::{signals, sql, Database, Error, HostSet, Result};
 
 /// The staleness window the SQL functions use by default.
 pub const DEFAULT_STALENESS: Duration = Duration::from_secs(10);
@@ -40,6 +40,89 @@ pub async fn live_hosts(client: &impl GenericClient, staleness: Duration) -> Res
 pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> Result<Vec<(String, f64)>> {
     let rows = client.query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// A host's view of the live set that it keeps between heartbeats and reads again only when
+/// the set changed: each [`refresh`](Self::refresh) costs the database two index probes while
+/// nothing changed (`rendezvous.live_members_since`), so a fleet of N hosts costs O(N) a
+/// heartbeat round, not O(N²) as reading the whole set each time does.
+///
+/// With a staleness shorter than [`DEFAULT_STALENESS`], every refresh reads the whole set (a
+/// host coming back after a shorter silence changes no version).
+///
+/// ```no_run
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// use rendezvous_client::membership::{LiveView, DEFAULT_STALENESS};
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// let mut view = LiveView::read(&client, DEFAULT_STALENESS).await?;
+/// loop {
+///     if view.refresh(&client).await? {
+///         println!("the live set changed: {} hosts", view.hosts().len());
+///     }
+///     println!("tenant-42 belongs to {:?}", view.hosts().winner("tenant-42"));
+///     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LiveView {
+    staleness: Duration,
+    version: i64,
+    read_at: SystemTime,
+    hosts: HostSet,
+}
+
+impl LiveView {
+    /// Reads the live set (hosts heard from within `staleness` of the database clock).
+    pub async fn read(client: &impl GenericClient, staleness: Duration) -> Result<LiveView> {
+        let (version, read_at, hosts) = read_since(client, staleness, None).await?;
+        let hosts = hosts.expect("a first read returns the set");
+        Ok(LiveView { staleness, version, read_at, hosts })
+    }
+
+    /// Brings the view up to date; returns whether the set was read again (it may be the same).
+    pub async fn refresh(&mut self, client: &impl GenericClient) -> Result<bool> {
+        let (version, read_at, hosts) = read_since(client, self.staleness, Some((self.version, self.read_at))).await?;
+        self.version = version;
+        self.read_at = read_at;
+        match hosts {
+            Some(hosts) => {
+                self.hosts = hosts;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The live hosts with their weights, for local HRW lookups.
+    pub fn hosts(&self) -> &HostSet {
+        &self.hosts
+    }
+
+    /// The database time the view was last confirmed (read or found unchanged).
+    pub fn read_at(&self) -> SystemTime {
+        self.read_at
+    }
+}
+
+/// The set's version and read time, and the set if it may differ from the `known` view.
+async fn read_since(
+    client: &impl GenericClient,
+    staleness: Duration,
+    known: Option<(i64, SystemTime)>,
+) -> Result<(i64, SystemTime, Option<HostSet>)> {
+    let (version, read_at) = known.unzip();
+    let row = client.query_one(sql::LIVE_MEMBERS_SINCE, &[&staleness.as_secs_f64(), &version, &read_at]).await?;
+    let changed: bool = row.get(2);
+    let hosts = if changed {
+        let ids: Vec<String> = row.get(3);
+        let weights: Vec<f64> = row.get(4);
+        metrics::gauge!(signals::HOSTS_LIVE).set(ids.len() as f64);
+        Some(HostSet::weighted(ids.into_iter().zip(weights))?)
+    } else {
+        None
+    };
+    Ok((row.get(0), row.get(1), hosts))
 }
 
 /// The server's winner for `key` over the live set (10 s staleness); `None` if nobody is live.

@@ -43,8 +43,7 @@ use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::background::{Background, ShutdownReport};
 use crate::firing::{self, Firing};
-use crate::hrw::HostSet;
-use crate::membership::{self, DEFAULT_STALENESS};
+use crate::membership::{self, LiveView, DEFAULT_STALENESS};
 use crate::runs::{self, RunClaim};
 use crate::{replication, signals, sql, Database, Error, Pool, PoolOptions, PooledClient, Result};
 
@@ -1251,7 +1250,7 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
     let mut jobs: Vec<JoinHandle<()>> = Vec::new();
     let mut backoff = Duration::from_millis(100);
     let mut last_heartbeat = Instant::now();
-    let mut view: Option<HostSet> = None;
+    let mut view: Option<LiveView> = None;
     let mut offset: Option<Offset> = None;
     loop {
         if *stop.borrow() {
@@ -1422,7 +1421,7 @@ fn jittered(d: Duration) -> Duration {
 async fn tick(
     shared: &Arc<Shared>,
     client: &Client,
-    view: &mut Option<HostSet>,
+    view: &mut Option<LiveView>,
     offset: &mut Option<Offset>,
     last_heartbeat: &mut Instant,
     jobs: &mut Vec<JoinHandle<()>>,
@@ -1435,12 +1434,18 @@ async fn tick(
             .increment(1);
         ok?;
         *last_heartbeat = Instant::now();
-        let live = crate::hrw::live_host_set(client, o.staleness).await?;
+        // The whole set only when it changed: what a fleet of many hosts can afford.
+        match view {
+            Some(v) => {
+                v.refresh(client).await?;
+            }
+            None => *view = Some(LiveView::read(client, o.staleness).await?),
+        }
+        let live = view.as_ref().expect("read above").hosts();
         let owner = live.winner(RETENTION_KEY) == Some(shared.host_id.as_str());
         shared.retention_owner.store(owner, Ordering::Relaxed);
-        *view = Some(live);
     }
-    let view = view.as_ref().expect("read above");
+    let view = view.as_ref().expect("read above").hosts();
     let free = shared.slots.available_permits();
     if free == 0 {
         return Ok(o.poll); // woken early by a finishing firing

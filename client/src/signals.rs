@@ -23,7 +23,7 @@ pub const TERMS_LOST: &str = "rendezvous_leader_terms_lost_total";
 pub const RECONNECTS: &str = "rendezvous_reconnects_total";
 /// Heartbeats, by `result`: `ok` or `error` (counter).
 pub const HEARTBEATS: &str = "rendezvous_heartbeats_total";
-/// Hosts in the live set last read by `hrw::live_host_set` (gauge).
+/// Hosts in the live set last read by `hrw::live_host_set` or a `membership::LiveView` (gauge).
 pub const HOSTS_LIVE: &str = "rendezvous_hosts_live";
 /// Firings this host claimed (counter).
 pub const FIRINGS_CLAIMED: &str = "rendezvous_firings_claimed_total";

@@ -44,8 +44,38 @@ pub(crate) unsafe fn cached<'a, T: 'static>(
     build: impl FnOnce() -> T,
 ) -> &'a T {
     unsafe {
-        let flinfo = (*fcinfo).flinfo;
         let current: Vec<Option<&[u8]>> = indexes.iter().map(|&i| arg_bytes(fcinfo, i)).collect();
+        cached_by(fcinfo, &current, build)
+    }
+}
+
+/// The value built by `build`, reused by later calls at this call site within the same
+/// statement (a statement that starts later builds it again: PL/pgSQL keeps a call site for a
+/// whole transaction).
+///
+/// # Safety
+/// As for `cached`.
+pub(crate) unsafe fn cached_for_statement<'a, T: 'static>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    build: impl FnOnce() -> T,
+) -> &'a T {
+    unsafe {
+        let statement = pg_sys::GetCurrentStatementStartTimestamp().to_le_bytes();
+        cached_by(fcinfo, &[Some(&statement[..])], build)
+    }
+}
+
+/// The cached value while `current` equals the key it was built for; otherwise `build`'s.
+///
+/// # Safety
+/// As for `cached`.
+unsafe fn cached_by<'a, T: 'static>(
+    fcinfo: pg_sys::FunctionCallInfo,
+    current: &[Option<&[u8]>],
+    build: impl FnOnce() -> T,
+) -> &'a T {
+    unsafe {
+        let flinfo = (*fcinfo).flinfo;
         let entry = (*flinfo).fn_extra as *mut Entry<T>;
         if !entry.is_null() {
             let same = (*entry).key.iter().map(|k| k.as_deref()).eq(current.iter().copied());

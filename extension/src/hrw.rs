@@ -47,7 +47,7 @@ fn check_hashed(what: &str, value: &str) {
     }
 }
 
-fn require_key(key: Option<&str>) -> &str {
+pub(crate) fn require_key(key: Option<&str>) -> &str {
     let key = key.unwrap_or_else(|| null_argument("key"));
     check_hashed("key", key);
     key
@@ -120,7 +120,7 @@ fn weighted_set(hosts: Option<Array<&str>>, weights: Option<Array<f64>>, bytes: 
     HostSet::weighted(pairs).unwrap_or_else(|e| invalid_argument(e.to_string()))
 }
 
-fn check_k(k: Option<i32>) -> Option<usize> {
+pub(crate) fn check_k(k: Option<i32>) -> Option<usize> {
     match k {
         None => None,
         Some(k) if k < 0 => invalid_argument(format!("k must be >= 0 or NULL (got {k})")),

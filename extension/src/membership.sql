@@ -21,6 +21,59 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT interval '10 s' $$;
 COMMENT ON FUNCTION rendezvous.default_staleness() IS 'The default staleness window of the live host set (10 s).';
 
+-- Hosts that went silent, in order (a reader's check for hosts that left its view by
+-- staleness, retention's oldest first).
+CREATE INDEX hosts_last_seen ON rendezvous.hosts (last_seen);
+
+-- The live set's version: bumped in the same transaction as every change a reader of the set
+-- cannot see coming from the clock alone — a host joins, comes back after a silence of at least
+-- default_staleness(), changes its weight, or leaves. (Going silent needs no bump: readers find
+-- those hosts through hosts_last_seen.) So a host can keep its view of the set and read the
+-- whole set again only when it changed (live_members_since), not on every heartbeat.
+CREATE TABLE rendezvous.membership_version (
+    version bigint NOT NULL,
+    one_row boolean PRIMARY KEY DEFAULT true,
+    CONSTRAINT membership_version_one_row CHECK (one_row)
+);
+COMMENT ON TABLE rendezvous.membership_version IS 'The live set''s version, bumped by every join, return after silence, weight change and leave.';
+-- Starts at the creation time in microseconds, not 0: a database restored from a dump (this
+-- row is not dumped) never shows a version a host kept from before.
+INSERT INTO rendezvous.membership_version (version)
+VALUES ((EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint);
+
+CREATE FUNCTION rendezvous._membership_changed() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- After a DELETE, only when a row went (prune's empty steps change nothing). Nested: the
+    -- transition table exists only for the DELETE trigger.
+    IF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT 1 FROM gone) THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    UPDATE rendezvous.membership_version SET version = version + 1;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION rendezvous._membership_changed() IS 'Trigger: bumps rendezvous.membership_version.';
+
+CREATE TRIGGER hosts_joined AFTER INSERT ON rendezvous.hosts
+    FOR EACH ROW EXECUTE FUNCTION rendezvous._membership_changed();
+-- A heartbeat is an UPDATE that changes only last_seen, forward: no bump unless the host had
+-- been silent for at least default_staleness() (readers with that staleness or more saw it go).
+CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
+    FOR EACH ROW
+    WHEN (OLD.host_id IS DISTINCT FROM NEW.host_id OR OLD.weight IS DISTINCT FROM NEW.weight
+          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness())
+    EXECUTE FUNCTION rendezvous._membership_changed();
+CREATE TRIGGER hosts_left AFTER DELETE ON rendezvous.hosts
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._membership_changed();
+CREATE TRIGGER hosts_truncated AFTER TRUNCATE ON rendezvous.hosts
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._membership_changed();
+
 CREATE FUNCTION rendezvous.heartbeat(host_id text, weight double precision DEFAULT 1)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -76,26 +129,6 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.live_hosts(interval) IS 'Hosts whose last heartbeat is within staleness of the database clock, sorted.';
 
-CREATE FUNCTION rendezvous.winner(key text) RETURNS text
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT rendezvous.winner(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'))
-      FROM rendezvous.hosts h
-     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
-$$;
-COMMENT ON FUNCTION rendezvous.winner(text) IS 'The weighted winner for key among the live hosts (default staleness).';
-
-CREATE FUNCTION rendezvous.ranked(key text, k integer) RETURNS text[]
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT rendezvous.ranked(key, coalesce(array_agg(h.host_id), '{}'), coalesce(array_agg(h.weight), '{}'), k)
-      FROM rendezvous.hosts h
-     WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()
-$$;
-COMMENT ON FUNCTION rendezvous.ranked(text, integer) IS 'The live hosts in descending weighted score order for key (default staleness).';
-
 CREATE FUNCTION rendezvous.live_members(staleness interval DEFAULT rendezvous.default_staleness())
 RETURNS TABLE (host_id text, weight double precision)
 LANGUAGE plpgsql VOLATILE
@@ -110,3 +143,42 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.live_members(interval) IS 'live_hosts with each host''s weight: what a client needs to compute weighted HRW locally.';
+
+-- A reader that keeps its view of the live set asks this on each heartbeat instead of reading
+-- the set: two index probes when nothing changed, the whole set when something may have. What
+-- changes a view read at known_read_at with known_version: a bump of the version (a join, a return after
+-- silence, a weight change, a leave), or a host of the view falling silent — its last_seen,
+-- which only moves forward, then lies in (known_read_at - staleness, now - staleness]. Returns the
+-- set exactly when one of the two happened; a reader whose staleness
+-- is shorter than default_staleness() (a return after a shorter silence bumps nothing) and a
+-- first read (known_version or known_read_at NULL) always get the set.
+CREATE FUNCTION rendezvous.live_members_since(staleness interval, known_version bigint, known_read_at timestamptz)
+RETURNS TABLE (version bigint, read_at timestamptz, changed boolean, host_ids text[], weights double precision[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now_ts timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    PERFORM rendezvous._check_staleness(staleness);
+    -- The version is read before the set: a change committed between the two reads makes the
+    -- next call read the set again (its bump is newer than the version kept), never hides it.
+    SELECT v.version, now_ts,
+           known_version IS NULL OR known_read_at IS NULL OR v.version <> known_version
+           OR staleness < rendezvous.default_staleness() OR known_read_at > now_ts
+           OR EXISTS (SELECT 1 FROM rendezvous.hosts h
+                       WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness)
+      INTO live_members_since.version, live_members_since.read_at, changed
+      FROM rendezvous.membership_version v;
+    IF changed THEN
+        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
+               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
+          INTO host_ids, weights
+          FROM rendezvous.hosts h
+         WHERE h.last_seen > now_ts - staleness;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.live_members_since(interval, bigint, timestamptz) IS
+    'For a reader keeping its view of the live set: whether the set may have changed since a view read at known_read_at with known_version (NULLs: a first read), and if so the live hosts and weights, sorted; with the version and time to keep.';

@@ -53,8 +53,9 @@ ALTER FUNCTION rendezvous.heartbeat(text, double precision) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.leave(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_hosts(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_members(interval) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER;
-ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_members_since(interval, bigint, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text, integer, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_runs(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.try_lead(text, text, boolean, interval) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -80,7 +81,8 @@ REVOKE EXECUTE ON FUNCTION
 -- The host API.
 REVOKE EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
-    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.live_members(interval),
+    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
@@ -94,7 +96,8 @@ REVOKE EXECUTE ON FUNCTION
     FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
-    rendezvous.live_members(interval), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.live_members(interval),
+    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),

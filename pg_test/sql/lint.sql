@@ -2,7 +2,10 @@
 -- no warnings (extra, performance and security warnings included).
 CREATE EXTENSION plpgsql_check;
 CREATE TEMP VIEW extension_plpgsql AS
-    SELECT p.oid::regprocedure AS function
+    -- A trigger function is checked against its table (and its transition table, if any).
+    SELECT p.oid::regprocedure AS function,
+           coalesce((SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.tgfoid = p.oid LIMIT 1), 0)::regclass AS relid,
+           (SELECT t.tgoldtable FROM pg_catalog.pg_trigger t WHERE t.tgfoid = p.oid AND t.tgoldtable IS NOT NULL LIMIT 1) AS oldtable
       FROM pg_catalog.pg_proc p
       JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
       JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_rendezvous'
@@ -10,7 +13,7 @@ CREATE TEMP VIEW extension_plpgsql AS
 SELECT count(*) > 15 AS checks_every_plpgsql_function FROM extension_plpgsql;
 SELECT f.function, c.lineno, c.level, c.sqlstate, c.message
   FROM extension_plpgsql f
-  CROSS JOIN LATERAL plpgsql_check_function_tb(f.function, extra_warnings => true,
+  CROSS JOIN LATERAL plpgsql_check_function_tb(f.function, f.relid, oldtable => f.oldtable, extra_warnings => true,
                                                performance_warnings => true, security_warnings => true) c
  -- leader() reads the lock manager, which is not MVCC: it stays VOLATILE so every call looks again.
  WHERE NOT (f.function = 'rendezvous.leader(text)'::regprocedure AND c.message = 'routine is marked as VOLATILE, should be STABLE')

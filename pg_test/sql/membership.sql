@@ -59,7 +59,66 @@ SELECT regress.err($$UPDATE rendezvous.hosts SET last_seen = now()$$);
 SELECT regress.err($$INSERT INTO rendezvous.hosts VALUES ('forged', 1, now(), now())$$);
 SELECT regress.err($$SELECT * FROM rendezvous.status_hosts$$);
 
+-- The live set's version: bumped by a join, a weight change, a return after silence and a
+-- leave, never by a plain heartbeat or an empty prune step.
 RESET ROLE;
+DELETE FROM rendezvous.hosts;
+CREATE TEMP TABLE v AS SELECT version AS at_start FROM rendezvous.membership_version;
+CREATE FUNCTION pg_temp.bumps() RETURNS bigint LANGUAGE sql
+AS $$ SELECT m.version - v.at_start FROM rendezvous.membership_version m, v $$;
+SELECT pg_temp.bumps() AS none_yet;
+SELECT rendezvous.heartbeat('m1') IS NOT NULL AS joined, pg_temp.bumps() AS join;
+SELECT rendezvous.heartbeat('m1') IS NOT NULL AS again, pg_temp.bumps() AS heartbeat;
+SELECT rendezvous.heartbeat('m1', 2) IS NOT NULL AS heavier, pg_temp.bumps() AS weight;
+SELECT rendezvous.heartbeat('m2') IS NOT NULL AS joined, pg_temp.bumps() AS second_join;
+-- Silent for longer than the default staleness (aged behind the triggers' back), then back.
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '11 s' WHERE host_id = 'm2';
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+SELECT pg_temp.bumps() AS aged_quietly;
+SELECT rendezvous.heartbeat('m2') IS NOT NULL AS back, pg_temp.bumps() AS return;
+SELECT rendezvous.leave('m2') AS left, pg_temp.bumps() AS leave;
+SELECT rendezvous.leave('m2') AS left_again, pg_temp.bumps() AS unknown_leave;
+SELECT count(*) AS kinds, pg_temp.bumps() AS empty_prune FROM rendezvous.prune();
+
+-- live_members_since: the set on a first read; nothing while nothing changes; the set again
+-- after a bump or once a host of the view falls silent.
+CREATE TEMP TABLE view AS SELECT * FROM rendezvous.live_members_since('10 s', NULL, NULL);
+SELECT changed, host_ids, weights FROM view;
+SELECT s.changed, s.host_ids, s.version = view.version AS same_version, s.read_at > view.read_at AS later
+  FROM view, rendezvous.live_members_since('10 s', view.version, view.read_at) s;
+SELECT rendezvous.heartbeat('m3') IS NOT NULL AS joined;
+SELECT s.changed, s.host_ids FROM view, rendezvous.live_members_since('10 s', view.version, view.read_at) s;
+-- A view that includes m4, 9.8 s after its last heartbeat: 0.3 s later m4 is silent.
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+INSERT INTO rendezvous.hosts VALUES ('m4', 1, clock_timestamp(), clock_timestamp() - interval '9.8 s');
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+TRUNCATE view;
+INSERT INTO view SELECT * FROM rendezvous.live_members_since('10 s', NULL, NULL);
+SELECT host_ids FROM view;
+SELECT pg_sleep(0.3);
+SELECT s.changed, s.host_ids, s.version = view.version AS same_version FROM view, rendezvous.live_members_since('10 s', view.version, view.read_at) s;
+-- Shorter than the default staleness, or a read from the future: always the set.
+SELECT s.changed FROM view, rendezvous.live_members_since('5 s', view.version, view.read_at) s;
+SELECT s.changed FROM view, rendezvous.live_members_since('10 s', view.version, view.read_at + interval '1 h') s;
+SELECT regress.err($$SELECT * FROM rendezvous.live_members_since(NULL, NULL, NULL)$$);
+SELECT regress.err($$SELECT * FROM rendezvous.live_members_since('0 s', NULL, NULL)$$);
+
+-- winner(key) and ranked(key, k) over the live set read it once per statement: a thousand
+-- keys, one scan of the hosts table, and the same answers as the array forms.
+SELECT rendezvous.heartbeat('m' || g, g) IS NOT NULL AS joined FROM generate_series(5, 9) g LIMIT 1;
+BEGIN;
+CREATE TEMP TABLE scans AS SELECT pg_stat_get_xact_numscans('rendezvous.hosts'::regclass) AS before;
+SELECT count(*) FILTER (WHERE rendezvous.winner('k' || g) = rendezvous.winner('k' || g, l.h, l.w)) AS agree,
+       count(*) FILTER (WHERE rendezvous.ranked('k' || g, 3) = rendezvous.ranked('k' || g, l.h, l.w, 3)) AS ranked_agree
+  FROM generate_series(1, 1000) g,
+       (SELECT array_agg(host_id) AS h, array_agg(weight) AS w FROM rendezvous.live_members()) l;
+-- Three scans: live_members, winner's and ranked's (one each, not one a row).
+SELECT pg_stat_get_xact_numscans('rendezvous.hosts'::regclass) - before AS scans FROM scans;
+COMMIT;
+SELECT regress.err($$SELECT rendezvous.winner(NULL::text)$$);
+SELECT regress.err($$SELECT rendezvous.ranked('k', -1)$$);
+
 DELETE FROM rendezvous.hosts;
 DROP ROLE rendezvous_regress_host;
 

@@ -59,6 +59,21 @@ BEGIN
        <> ARRAY[true, false] THEN
         RAISE EXCEPTION 'claim_firings after upgrade';
     END IF;
+    -- The live set has a version after the upgrade, and a join bumps it.
+    DECLARE
+        before bigint := (SELECT version FROM rendezvous.membership_version);
+    BEGIN
+        IF before IS NULL THEN
+            RAISE EXCEPTION 'no membership version after upgrade';
+        END IF;
+        PERFORM rendezvous.heartbeat('joined-after-upgrade');
+        IF (SELECT version FROM rendezvous.membership_version) <> before + 1 THEN
+            RAISE EXCEPTION 'a join after upgrade did not bump the membership version';
+        END IF;
+        IF NOT (SELECT changed FROM rendezvous.live_members_since('10 s', before, pg_catalog.clock_timestamp())) THEN
+            RAISE EXCEPTION 'live_members_since after upgrade';
+        END IF;
+    END;
 END
 $$;
 DROP TABLE public.before_upgrade;

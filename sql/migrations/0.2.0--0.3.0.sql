@@ -76,3 +76,33 @@ CREATE TABLE rendezvous.retention (
 COMMENT ON TABLE rendezvous.retention IS
     'How long each kind of history is kept, where an administrator changed the default (set_retention); keep NULL: for ever.';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.retention', '');
+
+-- The live set's version (membership.sql): the table, its row, the trigger function (made
+-- again with every function after this script) and the triggers; an index on last_seen.
+CREATE INDEX hosts_last_seen ON rendezvous.hosts (last_seen);
+CREATE TABLE rendezvous.membership_version (
+    version bigint NOT NULL,
+    one_row boolean PRIMARY KEY DEFAULT true,
+    CONSTRAINT membership_version_one_row CHECK (one_row)
+);
+COMMENT ON TABLE rendezvous.membership_version IS 'The live set''s version, bumped by every join, return after silence, weight change and leave.';
+-- Starts at the creation time in microseconds, not 0: a database restored from a dump (this
+-- row is not dumped) never shows a version a host kept from before.
+INSERT INTO rendezvous.membership_version (version)
+VALUES ((EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint);
+CREATE FUNCTION rendezvous._membership_changed() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER hosts_joined AFTER INSERT ON rendezvous.hosts
+    FOR EACH ROW EXECUTE FUNCTION rendezvous._membership_changed();
+CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
+    FOR EACH ROW
+    WHEN (OLD.host_id IS DISTINCT FROM NEW.host_id OR OLD.weight IS DISTINCT FROM NEW.weight
+          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness())
+    EXECUTE FUNCTION rendezvous._membership_changed();
+CREATE TRIGGER hosts_left AFTER DELETE ON rendezvous.hosts
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._membership_changed();
+CREATE TRIGGER hosts_truncated AFTER TRUNCATE ON rendezvous.hosts
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._membership_changed();

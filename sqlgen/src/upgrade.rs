@@ -48,6 +48,8 @@ const KINDS: &[(&str, Kind)] = &[
     ("COMMENT ON SCHEMA ", Kind::Schema),
     ("COMMENT ON INDEX ", Kind::Schema),
     ("COMMENT ON SEQUENCE ", Kind::Schema),
+    ("CREATE TRIGGER ", Kind::Schema),
+    ("INSERT INTO ", Kind::Schema),
     ("SELECT PG_CATALOG.PG_EXTENSION_CONFIG_DUMP(", Kind::Schema),
     // Install-time checks and one-time setup (the encoding, the schema, the roles).
     ("DO ", Kind::Schema),

@@ -139,3 +139,57 @@ async fn bad_membership_arguments_fail_before_the_database() {
     let err = Membership::start(&db.url, "h", nan).await.err().unwrap();
     assert_eq!(err.sqlstate(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE));
 }
+
+/// A kept view of the live set is read again exactly when the set changes: not while hosts
+/// only heartbeat, but after a join, a weight change, a leave, and a host falling silent (which
+/// changes no version: found through the hosts' last heartbeats).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_view_is_read_again_only_when_the_set_changes() {
+    use rendezvous_client::LiveView;
+    let db = TestDb::new("live_view").await;
+    let client = db.connect().await;
+    let staleness = membership::DEFAULT_STALENESS;
+    let alpha = Membership::start(&db.url, "alpha", fast()).await.unwrap();
+    let bravo = Membership::start(&db.url, "bravo", fast()).await.unwrap();
+    let mut view = LiveView::read(&client, staleness).await.unwrap();
+    let members = |v: &LiveView| v.hosts().hosts().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(members(&view), ["alpha", "bravo"]);
+    // A second of heartbeats (ten from each host): nothing to read.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!view.refresh(&client).await.unwrap(), "read again while only heartbeats came");
+    }
+    // A join.
+    heartbeat(&client, "charlie", 1.0).await.unwrap();
+    assert!(view.refresh(&client).await.unwrap());
+    assert_eq!(members(&view), ["alpha", "bravo", "charlie"]);
+    assert!(!view.refresh(&client).await.unwrap());
+    // A weight change.
+    heartbeat(&client, "charlie", 3.0).await.unwrap();
+    assert!(!view.hosts().is_weighted());
+    assert!(view.refresh(&client).await.unwrap());
+    assert!(view.hosts().is_weighted());
+    // A leave.
+    bravo.shutdown(Duration::from_secs(10)).await.unwrap();
+    assert!(view.refresh(&client).await.unwrap());
+    assert_eq!(members(&view), ["alpha", "charlie"]);
+    // charlie falls silent: its last heartbeat moves 9.5 s into the past (a bump, read at
+    // once), then the next half second passes with no write at all.
+    client
+        .execute(
+            "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '9.5 s' WHERE host_id = 'charlie'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(view.refresh(&client).await.unwrap());
+    assert_eq!(members(&view), ["alpha", "charlie"]);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(view.refresh(&client).await.unwrap(), "charlie's silence went unnoticed");
+    assert_eq!(members(&view), ["alpha"]);
+    assert!(!view.refresh(&client).await.unwrap());
+    // The view is what the server's own live set says.
+    let set = rendezvous_client::hrw::live_host_set(&client, staleness).await.unwrap();
+    assert_eq!(set.hosts().collect::<Vec<_>>(), view.hosts().hosts().collect::<Vec<_>>());
+    alpha.shutdown(Duration::from_secs(10)).await.unwrap();
+}
