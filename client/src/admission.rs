@@ -74,15 +74,18 @@ pub(crate) async fn spawn(
         let call = async {
             let row = match policy {
                 None => {
-                    client
-                        .query_one(sql::SPAWN_RUN, &[&tenant_id, &workflow_ref, &input, &dispatch_key])
-                        .await
+                    sql::query_one(
+                        client,
+                        sql::SPAWN_RUN,
+                        &[&tenant_id, &workflow_ref, &input, &dispatch_key],
+                    )
+                    .await
                 }
                 Some(p) => {
                     let backoff = p.backoff.as_secs_f64();
                     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
                         [&tenant_id, &workflow_ref, &input, &dispatch_key, &p.max_attempts, &backoff];
-                    client.query_one(sql::SPAWN_RUN_WITH_POLICY, &params).await
+                    sql::query_one(client, sql::SPAWN_RUN_WITH_POLICY, &params).await
                 }
             }
             .map_err(Error::Db)?;
@@ -107,7 +110,7 @@ pub(crate) async fn spawn(
                 metrics::counter!(signals::ADMISSION_RETRIES).increment(1);
                 // Inside the caller's transaction a retry cannot succeed: probe cheaply and
                 // hand the original error back.
-                if let Err(probe) = client.query_one(sql::PROBE, &[]).await {
+                if let Err(probe) = sql::query_one(client, sql::PROBE, &[]).await {
                     if probe.code() == Some(&SqlState::IN_FAILED_SQL_TRANSACTION) {
                         return Err(Error::from_db(e));
                     }
@@ -122,6 +125,6 @@ pub(crate) async fn spawn(
 /// Deletes finished runs last updated more than `older_than` ago; returns how many. A
 /// dispatch key whose run was purged admits a new run when redelivered.
 pub async fn purge_runs(client: &impl GenericClient, older_than: std::time::Duration) -> Result<i64> {
-    let row = client.query_one(sql::PURGE_RUNS, &[&older_than.as_secs_f64()]).await?;
+    let row = sql::query_one(client, sql::PURGE_RUNS, &[&older_than.as_secs_f64()]).await?;
     Ok(row.get(0))
 }

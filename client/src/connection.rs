@@ -24,7 +24,7 @@ pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// # }
 /// ```
 pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
-    let row = client.query_opt(sql::EXTENSION_VERSION, &[]).await?;
+    let row = sql::query_opt(client, sql::EXTENSION_VERSION, &[]).await?;
     let installed: String = match row {
         Some(row) => row.get(0),
         None => return Err(Error::ExtensionMissing),
@@ -32,7 +32,7 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
     if installed != EXTENSION_VERSION {
         return Err(Error::VersionMismatch { installed, expected: EXTENSION_VERSION.to_owned() });
     }
-    let algorithm: String = client.query_one(sql::HRW_ALGORITHM, &[]).await?.get(0);
+    let algorithm: String = sql::query_one(client, sql::HRW_ALGORITHM, &[]).await?.get(0);
     if algorithm != hrw::ALGORITHM {
         return Err(Error::AlgorithmMismatch { server: algorithm, client: hrw::ALGORITHM });
     }
@@ -184,7 +184,7 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         }
         let _ = closed_tx.send(());
     });
-    let pid: i32 = client.query_one(sql::BACKEND_PID, &[]).await?.get(0);
+    let pid: i32 = sql::query_one(&client, sql::BACKEND_PID, &[]).await?.get(0);
     replication::watch(pid);
     if pid_tx.send(pid).is_err() {
         // The connection ended already: nothing left to watch.

@@ -142,9 +142,12 @@ pub async fn claim_firing(
     lease: Duration,
 ) -> Result<FiringClaim> {
     let call = async {
-        let row = client
-            .query_one(sql::CLAIM_FIRING, &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)])
-            .await?;
+        let row = sql::query_one(
+            client,
+            sql::CLAIM_FIRING,
+            &[&firing.task_id, &firing.fire_at, &host_id, &secs(lease)],
+        )
+        .await?;
         let pid = row.get(5);
         Ok((row, Some(pid)))
     };
@@ -170,7 +173,7 @@ pub async fn claim_firings(
     let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
     let call = async {
-        let rows = client.query(sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?;
+        let rows = sql::query(client, sql::CLAIM_FIRINGS, &[&tasks, &times, &host_id, &secs(lease)]).await?;
         let pid = rows.first().map(|r| r.get(6));
         Ok((rows, pid))
     };
@@ -196,7 +199,7 @@ pub async fn complete_firings(client: &impl GenericClient, firings: &[(&Firing, 
     let times: Vec<SystemTime> = firings.iter().map(|(f, _)| f.fire_at).collect();
     let tokens: Vec<i64> = firings.iter().map(|(_, t)| *t).collect();
     let call = async {
-        let rows = client.query(sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?;
+        let rows = sql::query(client, sql::COMPLETE_FIRINGS, &[&tasks, &times, &tokens]).await?;
         let pid = rows.first().map(|r| r.get(2));
         Ok((rows, pid))
     };
@@ -220,7 +223,8 @@ pub(crate) async fn complete_firing_on_backend(
     firing: &Firing,
     token: i64,
 ) -> Result<(bool, i32)> {
-    let row = client.query_one(sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
+    let row =
+        sql::query_one(client, sql::COMPLETE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok((row.get(0), row.get(1)))
 }
 
@@ -231,15 +235,16 @@ pub async fn renew_firing(
     token: i64,
     lease: Duration,
 ) -> Result<Option<SystemTime>> {
-    let row = client
-        .query_one(sql::RENEW_FIRING, &[&firing.task_id, &firing.fire_at, &token, &secs(lease)])
-        .await?;
+    let row =
+        sql::query_one(client, sql::RENEW_FIRING, &[&firing.task_id, &firing.fire_at, &token, &secs(lease)])
+            .await?;
     Ok(row.get(0))
 }
 
 /// Gives a claim up early, uncompleted, so another host can take it at once.
 pub async fn release_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<bool> {
-    let row = client.query_one(sql::RELEASE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
+    let row =
+        sql::query_one(client, sql::RELEASE_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(row.get(0))
 }
 
@@ -247,7 +252,7 @@ pub async fn release_firing(client: &impl GenericClient, firing: &Firing, token:
 /// in the same transaction as the firing's writes.
 #[tracing::instrument(level = "debug", skip_all, fields(task_id = %firing.task_id, fire_at = ?firing.fire_at, token = token))]
 pub async fn assert_firing(client: &impl GenericClient, firing: &Firing, token: i64) -> Result<()> {
-    client.execute(sql::ASSERT_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
+    sql::execute(client, sql::ASSERT_FIRING, &[&firing.task_id, &firing.fire_at, &token]).await?;
     Ok(())
 }
 
@@ -270,7 +275,7 @@ pub struct FiringState {
 pub async fn firing_states(client: &impl GenericClient, firings: &[&Firing]) -> Result<Vec<FiringState>> {
     let tasks: Vec<&str> = firings.iter().map(|f| f.task_id.as_str()).collect();
     let times: Vec<SystemTime> = firings.iter().map(|f| f.fire_at).collect();
-    let rows = client.query(sql::FIRING_STATUS, &[&tasks, &times]).await?;
+    let rows = sql::query(client, sql::FIRING_STATUS, &[&tasks, &times]).await?;
     Ok(rows
         .iter()
         .map(|r| FiringState {

@@ -59,7 +59,7 @@ pub struct CurrentLeader {
 #[tracing::instrument(level = "debug", skip_all, fields(group = group, candidate = candidate))]
 pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str) -> Result<LeaderClaim> {
     let call = async {
-        let row = client.query_one(sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
+        let row = sql::query_one(client, sql::TRY_LEAD, &[&group, &candidate, &false]).await?;
         // Only a term won or kept is an acknowledgement.
         let pid = row.get::<_, bool>(0).then(|| row.get(3));
         Ok((row, pid))
@@ -70,13 +70,13 @@ pub async fn try_lead(client: &impl GenericClient, group: &str, candidate: &str)
 
 /// Gives up leadership if this session holds it.
 pub async fn resign(client: &impl GenericClient, group: &str) -> Result<bool> {
-    let row = client.query_one(sql::RESIGN, &[&group]).await?;
+    let row = sql::query_one(client, sql::RESIGN, &[&group]).await?;
     Ok(row.get(0))
 }
 
 /// Who leads `group` now.
 pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentLeader> {
-    let row = client.query_one(sql::LEADER, &[&group]).await?;
+    let row = sql::query_one(client, sql::LEADER, &[&group]).await?;
     Ok(CurrentLeader { leader: row.get(0), epoch: row.get(1), pid: row.get(2) })
 }
 
@@ -85,7 +85,7 @@ pub async fn leader(client: &impl GenericClient, group: &str) -> Result<CurrentL
 /// commits before the new epoch exists or fails.
 #[tracing::instrument(level = "debug", skip_all, fields(group = group, epoch = epoch))]
 pub async fn assert_leader(client: &impl GenericClient, group: &str, epoch: i64) -> Result<()> {
-    client.execute(sql::ASSERT_LEADER, &[&group, &epoch]).await?;
+    sql::execute(client, sql::ASSERT_LEADER, &[&group, &epoch]).await?;
     Ok(())
 }
 
@@ -520,21 +520,19 @@ impl Run {
     /// One `try_lead` on the dedicated session, checking it is still the same backend.
     async fn claim(&self, client: &Client, session_pid: i32) -> Result<LeaderClaim> {
         let call = async {
-            let row = client
-                .query_one(
-                    sql::TRY_LEAD_CHECKED,
-                    &[&self.group, &self.candidate, &self.options.lease().as_secs_f64()],
-                )
-                .await
-                .map_err(|e| {
-                    if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
-                        Error::PoolerDetected(
-                            e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default(),
-                        )
-                    } else {
-                        Error::from_db(e)
-                    }
-                })?;
+            let row = sql::query_one(
+                client,
+                sql::TRY_LEAD_CHECKED,
+                &[&self.group, &self.candidate, &self.options.lease().as_secs_f64()],
+            )
+            .await
+            .map_err(|e| {
+                if e.code() == Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) {
+                    Error::PoolerDetected(e.as_db_error().map(|d| d.message().to_owned()).unwrap_or_default())
+                } else {
+                    Error::from_db(e)
+                }
+            })?;
             // Only a term (or its refresh) is an acknowledgement; an answer that this
             // candidate does not lead is acted on at once (no wait for a WARNING).
             let pid = row.get::<_, bool>(0).then(|| row.get(3));

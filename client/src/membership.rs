@@ -19,26 +19,26 @@ fn check_host_id(host_id: &str) -> Result<()> {
 /// Marks `host_id` live now; returns the database's time of the heartbeat.
 pub async fn heartbeat(client: &impl GenericClient, host_id: &str, weight: f64) -> Result<SystemTime> {
     check_host_id(host_id)?;
-    let row = client.query_one(sql::HEARTBEAT, &[&host_id, &weight]).await?;
+    let row = sql::query_one(client, sql::HEARTBEAT, &[&host_id, &weight]).await?;
     Ok(row.get(0))
 }
 
 /// Removes `host_id` from the set now; true if it was there.
 pub async fn leave(client: &impl GenericClient, host_id: &str) -> Result<bool> {
     check_host_id(host_id)?;
-    let row = client.query_one(sql::LEAVE, &[&host_id]).await?;
+    let row = sql::query_one(client, sql::LEAVE, &[&host_id]).await?;
     Ok(row.get(0))
 }
 
 /// The live host ids, sorted.
 pub async fn live_hosts(client: &impl GenericClient, staleness: Duration) -> Result<Vec<String>> {
-    let row = client.query_one(sql::LIVE_HOSTS, &[&staleness.as_secs_f64()]).await?;
+    let row = sql::query_one(client, sql::LIVE_HOSTS, &[&staleness.as_secs_f64()]).await?;
     Ok(row.get(0))
 }
 
 /// The live hosts with their weights.
 pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> Result<Vec<(String, f64)>> {
-    let rows = client.query(sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await?;
+    let rows = sql::query(client, sql::LIVE_MEMBERS, &[&staleness.as_secs_f64()]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
@@ -82,7 +82,8 @@ impl LiveView {
 
     /// Brings the view up to date; returns whether the set was read again (it may be the same).
     pub async fn refresh(&mut self, client: &impl GenericClient) -> Result<bool> {
-        let (version, read_at, hosts) = read_since(client, self.staleness, Some((self.version, self.read_at))).await?;
+        let (version, read_at, hosts) =
+            read_since(client, self.staleness, Some((self.version, self.read_at))).await?;
         self.version = version;
         self.read_at = read_at;
         match hosts {
@@ -112,7 +113,9 @@ async fn read_since(
     known: Option<(i64, SystemTime)>,
 ) -> Result<(i64, SystemTime, Option<HostSet>)> {
     let (version, read_at) = known.unzip();
-    let row = client.query_one(sql::LIVE_MEMBERS_SINCE, &[&staleness.as_secs_f64(), &version, &read_at]).await?;
+    let row =
+        sql::query_one(client, sql::LIVE_MEMBERS_SINCE, &[&staleness.as_secs_f64(), &version, &read_at])
+            .await?;
     let changed: bool = row.get(2);
     let hosts = if changed {
         let ids: Vec<String> = row.get(3);
@@ -127,7 +130,7 @@ async fn read_since(
 
 /// The server's winner for `key` over the live set (10 s staleness); `None` if nobody is live.
 pub async fn winner(client: &impl GenericClient, key: &str) -> Result<Option<String>> {
-    let row = client.query_one(sql::WINNER_LIVE, &[&key]).await?;
+    let row = sql::query_one(client, sql::WINNER_LIVE, &[&key]).await?;
     Ok(row.get(0))
 }
 

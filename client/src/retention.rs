@@ -39,7 +39,7 @@ impl Pruned {
 /// [`Pruned::most`] is `max_rows`.
 pub async fn prune(client: &impl GenericClient, max_rows: i32) -> Result<Pruned> {
     let mut pruned = Pruned::default();
-    for row in client.query(sql::PRUNE, &[&max_rows]).await? {
+    for row in sql::query(client, sql::PRUNE, &[&max_rows]).await? {
         let deleted: i64 = row.get(1);
         match row.get::<_, &str>(0) {
             "firings" => pruned.firings = deleted,

@@ -104,12 +104,12 @@ pub async fn claim_runs(
 ) -> Result<Vec<RunClaim>> {
     let refs: Option<Vec<&str>> = options.workflow_refs.map(<[&str]>::to_vec);
     let call = async {
-        let rows = client
-            .query(
-                sql::CLAIM_RUNS,
-                &[&host_id, &options.max, &options.lease.as_secs_f64(), &refs, &options.grace.as_secs_f64()],
-            )
-            .await?;
+        let rows = sql::query(
+            client,
+            sql::CLAIM_RUNS,
+            &[&host_id, &options.max, &options.lease.as_secs_f64(), &refs, &options.grace.as_secs_f64()],
+        )
+        .await?;
         let pid = rows.first().map(|r| r.get(6));
         Ok((rows, pid))
     };
@@ -135,7 +135,7 @@ pub async fn renew_run(
     token: i64,
     lease: Duration,
 ) -> Result<Option<SystemTime>> {
-    Ok(client.query_one(sql::RENEW_RUN, &[&run_id, &token, &lease.as_secs_f64()]).await?.get(0))
+    Ok(sql::query_one(client, sql::RENEW_RUN, &[&run_id, &token, &lease.as_secs_f64()]).await?.get(0))
 }
 
 /// Marks the run succeeded, with `output`; false when `token` no longer holds it. Call it in
@@ -148,7 +148,7 @@ pub async fn complete_run(
     output: Option<&serde_json::Value>,
 ) -> Result<bool> {
     let call = async {
-        let row = client.query_one(sql::COMPLETE_RUN, &[&run_id, &token, &output]).await?;
+        let row = sql::query_one(client, sql::COMPLETE_RUN, &[&run_id, &token, &output]).await?;
         let pid = row.get(1);
         Ok((row, Some(pid)))
     };
@@ -171,7 +171,7 @@ pub enum RunFailure {
 pub async fn complete_runs(client: &impl GenericClient, claims: &[(i64, i64)]) -> Result<Vec<bool>> {
     let (ids, tokens): (Vec<i64>, Vec<i64>) = claims.iter().copied().unzip();
     let call = async {
-        let rows = client.query(sql::COMPLETE_RUNS, &[&ids, &tokens]).await?;
+        let rows = sql::query(client, sql::COMPLETE_RUNS, &[&ids, &tokens]).await?;
         let pid = rows.first().map(|r| r.get(2));
         Ok((rows, pid))
     };
@@ -191,7 +191,7 @@ pub async fn fail_run(
     error: &str,
 ) -> Result<RunFailure> {
     let call = async {
-        let row = client.query_one(sql::FAIL_RUN, &[&run_id, &token, &error]).await?;
+        let row = sql::query_one(client, sql::FAIL_RUN, &[&run_id, &token, &error]).await?;
         let pid = row.get(1);
         Ok((row, Some(pid)))
     };
@@ -205,13 +205,13 @@ pub async fn fail_run(
 
 /// Gives the run back unfinished (its attempt not counted), so another host claims it at once.
 pub async fn release_run(client: &impl GenericClient, run_id: i64, token: i64) -> Result<bool> {
-    Ok(client.query_one(sql::RELEASE_RUN, &[&run_id, &token]).await?.get(0))
+    Ok(sql::query_one(client, sql::RELEASE_RUN, &[&run_id, &token]).await?.get(0))
 }
 
 /// Fencing: fails with SQLSTATE `RZ001` unless `token` is the run's current claim and the run
 /// is running. Call it in the same transaction as the run's writes.
 pub async fn assert_run(client: &impl GenericClient, run_id: i64, token: i64) -> Result<()> {
-    client.execute(sql::ASSERT_RUN, &[&run_id, &token]).await?;
+    sql::execute(client, sql::ASSERT_RUN, &[&run_id, &token]).await?;
     Ok(())
 }
 
@@ -220,13 +220,13 @@ pub async fn assert_run(client: &impl GenericClient, run_id: i64, token: i64) ->
 /// at once and its runs pending again. Returns how many claims ended. A [`Scheduler`](crate::Scheduler)
 /// calls it when it starts.
 pub async fn release_host_claims(client: &impl GenericClient, host_id: &str) -> Result<i64> {
-    Ok(client.query_one(sql::RELEASE_HOST_CLAIMS, &[&host_id]).await?.get(0))
+    Ok(sql::query_one(client, sql::RELEASE_HOST_CLAIMS, &[&host_id]).await?.get(0))
 }
 
 /// Cancels a pending or running run (as a member of `rendezvous_admin`): it never runs again,
 /// and its holder's token completes and fences nothing. False when it had finished.
 pub async fn cancel_run(client: &impl GenericClient, run_id: i64) -> Result<bool> {
-    Ok(client.query_one(sql::CANCEL_RUN, &[&run_id]).await?.get(0))
+    Ok(sql::query_one(client, sql::CANCEL_RUN, &[&run_id]).await?.get(0))
 }
 
 /// When the next run becomes runnable that is not runnable now (a retry's backoff, a lease's
@@ -236,5 +236,5 @@ pub async fn next_runnable_at(
     workflow_refs: Option<&[&str]>,
 ) -> Result<Option<SystemTime>> {
     let refs: Option<Vec<&str>> = workflow_refs.map(<[&str]>::to_vec);
-    Ok(client.query_one(sql::NEXT_RUNNABLE_AT, &[&refs]).await?.get(0))
+    Ok(sql::query_one(client, sql::NEXT_RUNNABLE_AT, &[&refs]).await?.get(0))
 }

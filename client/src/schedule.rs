@@ -203,41 +203,41 @@ impl TaskSpec {
 /// zones and bad policies fail with SQLSTATE 22023 (22004 for a missing value).
 pub async fn schedule_task(client: &impl GenericClient, spec: &TaskSpec) -> Result<SystemTime> {
     crate::error::check_id("task_id", &spec.task_id)?;
-    let row = client
-        .query_one(
-            sql::SCHEDULE_TASK,
-            &[
-                &spec.task_id,
-                &spec.schedule,
-                &spec.time_zone,
-                &spec.overlap.as_sql(),
-                &spec.catch_up.as_sql(),
-                &spec.catch_up_window.as_secs_f64(),
-                &spec.lease.as_secs_f64(),
-                &spec.max_attempts,
-                &spec.retry_backoff.as_secs_f64(),
-            ],
-        )
-        .await?;
+    let row = sql::query_one(
+        client,
+        sql::SCHEDULE_TASK,
+        &[
+            &spec.task_id,
+            &spec.schedule,
+            &spec.time_zone,
+            &spec.overlap.as_sql(),
+            &spec.catch_up.as_sql(),
+            &spec.catch_up_window.as_secs_f64(),
+            &spec.lease.as_secs_f64(),
+            &spec.max_attempts,
+            &spec.retry_backoff.as_secs_f64(),
+        ],
+    )
+    .await?;
     Ok(row.get(0))
 }
 
 /// Removes a task and its pending firings; true when it existed (needs `rendezvous_admin`).
 pub async fn unschedule_task(client: &impl GenericClient, task_id: &str) -> Result<bool> {
-    Ok(client.query_one(sql::UNSCHEDULE_TASK, &[&task_id]).await?.get(0))
+    Ok(sql::query_one(client, sql::UNSCHEDULE_TASK, &[&task_id]).await?.get(0))
 }
 
 /// Stops new firings of a task (idempotent; needs `rendezvous_admin`). SQLSTATE P0002 when
 /// there is no such task.
 pub async fn pause_task(client: &impl GenericClient, task_id: &str) -> Result<()> {
-    client.execute(sql::PAUSE_TASK, &[&task_id]).await?;
+    sql::execute(client, sql::PAUSE_TASK, &[&task_id]).await?;
     Ok(())
 }
 
 /// Resumes a paused task from its next fire time after now, which it returns (idempotent;
 /// needs `rendezvous_admin`).
 pub async fn resume_task(client: &impl GenericClient, task_id: &str) -> Result<Option<SystemTime>> {
-    Ok(client.query_one(sql::RESUME_TASK, &[&task_id]).await?.get(0))
+    Ok(sql::query_one(client, sql::RESUME_TASK, &[&task_id]).await?.get(0))
 }
 
 /// The fire times of `schedule` in `time_zone` after `after`, up to `until` (inclusive), as the
@@ -249,7 +249,7 @@ pub async fn fire_times(
     after: SystemTime,
     until: SystemTime,
 ) -> Result<Vec<SystemTime>> {
-    let rows = client.query(sql::FIRE_TIMES, &[&schedule, &time_zone, &after, &until]).await?;
+    let rows = sql::query(client, sql::FIRE_TIMES, &[&schedule, &time_zone, &after, &until]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -276,14 +276,14 @@ pub async fn due_firings(client: &impl GenericClient, max: i32) -> Result<(Vec<D
     let (due, db_now) = due_list(client, max).await?;
     let db_now = match db_now {
         Some(t) => t,
-        None => client.query_one(sql::CLOCK, &[]).await?.get(0),
+        None => sql::query_one(client, sql::CLOCK, &[]).await?.get(0),
     };
     Ok((due, db_now))
 }
 
 /// The due firings, and the database clock when there was at least one (a row carries it).
 async fn due_list(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFiring>, Option<SystemTime>)> {
-    let rows = client.query(sql::DUE_FIRINGS, &[&max]).await?;
+    let rows = sql::query(client, sql::DUE_FIRINGS, &[&max]).await?;
     let db_now = rows.first().map(|r| r.get::<_, SystemTime>(6));
     let due = rows
         .iter()
@@ -301,7 +301,7 @@ async fn due_list(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFirin
 /// The database clock, and when a scheduled firing may next become claimable (`None`: nothing
 /// scheduled).
 pub async fn next_due_at(client: &impl GenericClient) -> Result<(SystemTime, Option<SystemTime>)> {
-    let row = client.query_one(sql::NEXT_DUE, &[]).await?;
+    let row = sql::query_one(client, sql::NEXT_DUE, &[]).await?;
     Ok((row.get(0), row.get(1)))
 }
 
@@ -324,7 +324,8 @@ pub async fn fail_firing(
     token: i64,
     error: &str,
 ) -> Result<FailOutcome> {
-    let row = client.query_one(sql::FAIL_FIRING, &[&firing.task_id, &firing.fire_at, &token, &error]).await?;
+    let row =
+        sql::query_one(client, sql::FAIL_FIRING, &[&firing.task_id, &firing.fire_at, &token, &error]).await?;
     let recorded: bool = row.get(0);
     let retry_at: Option<SystemTime> = row.get(1);
     Ok(match (recorded, retry_at) {
@@ -747,6 +748,8 @@ struct Shared {
     /// Set when the last look filled every free slot with runs: more may be waiting, so a
     /// finishing job makes the next look at once instead of gathering others first.
     runs_waiting: AtomicBool,
+    /// Set when the last look found more claimable firings than free slots: as for runs.
+    firings_waiting: AtomicBool,
     /// Runs claimed ahead of free slots (`prefetch`), with when they were claimed.
     queued: Mutex<std::collections::VecDeque<(RunClaim, Instant)>>,
     /// This host ranks first for retention in its last view of the live set.
@@ -893,7 +896,8 @@ impl FencedTransaction<'_> {
             }
             Work::Run(r) => {
                 runs::assert_run(&self.tx, r.run_id, self.token).await?;
-                let row = self.tx.query_one(sql::COMPLETE_RUN, &[&r.run_id, &self.token, &output]).await?;
+                let row =
+                    sql::query_one(&self.tx, sql::COMPLETE_RUN, &[&r.run_id, &self.token, &output]).await?;
                 (row.get(0), row.get(1))
             }
         };
@@ -1049,6 +1053,7 @@ impl SchedulerBuilder {
             running: Mutex::new(HashMap::new()),
             finished: Notify::new(),
             runs_waiting: AtomicBool::new(false),
+            firings_waiting: AtomicBool::new(false),
             queued: Mutex::new(std::collections::VecDeque::new()),
             retention_owner: AtomicBool::new(false),
         });
@@ -1308,7 +1313,9 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                             // jobs finishing one by one must not make a look each (each costs
                             // the database a query): the next look gathers what finished
                             // meanwhile, and an announced run still wakes the host at once.
-                            if shared.runs_waiting.load(Ordering::Relaxed) {
+                            if shared.runs_waiting.load(Ordering::Relaxed)
+                                || shared.firings_waiting.load(Ordering::Relaxed)
+                            {
                                 break;
                             }
                             next_look = next_look.min(ticked + GATHER);
@@ -1461,7 +1468,7 @@ async fn tick(
     let local_before = SystemTime::now();
     let (next, due) = if shared.handlers.is_empty() {
         if heartbeat_due || offset.is_none() {
-            let db_now: SystemTime = client.query_one(sql::CLOCK, &[]).await?.get(0);
+            let db_now: SystemTime = sql::query_one(client, sql::CLOCK, &[]).await?.get(0);
             *offset = Some(Offset::measure(db_now, local_before, SystemTime::now()));
         }
         (None, Vec::new())
@@ -1502,6 +1509,9 @@ async fn tick(
     // Its own firings first, then, with slots to spare, those of hosts that let them wait
     // (dead, or busy): a busy fleet does not fight over the oldest firings.
     claim.sort_by_key(|(rank, d)| (*rank > 0, d.claimable_since));
+    // More claimable than free slots: a slot freed by a finishing firing is filled
+    // at once.
+    shared.firings_waiting.store(claim.len() > free, Ordering::Relaxed);
     claim.truncate(free);
     let claim: Vec<&DueFiring> = claim.into_iter().map(|(_, d)| d).collect();
     // One claim call per lease.
@@ -1735,14 +1745,12 @@ async fn run_job(
         Ok(Ok(())) => {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let _ = shared.completions.send((work.clone(), token, reply));
-            // A run's slot is free once its handler has returned: its completion goes into the
-            // next batch meanwhile (a running run is claimed by nobody else; should the
-            // completion fail, the run is taken over at its holder's end or lease, and run
-            // again under a new token). A firing keeps its slot until completed, so the loop
-            // never tries to claim it again meanwhile.
-            if matches!(work, Work::Run(_)) {
-                free_slot();
-            }
+            // The slot is free once the handler has returned: its completion goes into the
+            // next batch meanwhile. Nobody else claims the work meanwhile (it is held), and
+            // this host's loop skips it while it is in `running` (until this job ends, after
+            // the answer). Should the completion fail, the work is taken over at its holder's
+            // end or lease, and run again under a new token.
+            free_slot();
             let result = answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()));
             match result {
                 Ok(true) => done(shared, &work, token),

@@ -10,7 +10,8 @@
 //! Not part of the public API (hidden from the docs): the strings are implementation details
 //! and change without notice; the module is reachable only for the workspace's tests.
 
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{GenericClient, Row};
 
 /// One statement the client sends, with the shape the client code expects of it.
 #[derive(Debug)]
@@ -48,6 +49,68 @@ macro_rules! statements {
             },
         )*];
     };
+}
+
+/// The declared parameter types of a statement above, by its text.
+fn param_types(sql: &str) -> &'static [Type] {
+    static BY_SQL: std::sync::OnceLock<std::collections::HashMap<&'static str, &'static [Type]>> =
+        std::sync::OnceLock::new();
+    BY_SQL
+        .get_or_init(|| STATEMENTS.iter().map(|s| (s.sql, s.params)).collect())
+        .get(sql)
+        .copied()
+        .unwrap_or_else(|| panic!("not a statement of sql.rs: {sql}"))
+}
+
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+/// `params` with the statement's declared types.
+fn typed<'a>(sql: &str, params: Params<'a>) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    let types = param_types(sql);
+    debug_assert_eq!(types.len(), params.len(), "{sql}");
+    params.iter().zip(types).map(|(p, t)| (*p, t.clone())).collect()
+}
+
+// Every statement goes in one round trip: as an unnamed statement with its declared parameter
+// types (`query_typed`), not prepared first, which costs a second round trip and a parse each
+// call (tokio-postgres keeps no statement cache), and no statement names that a
+// transaction-mode pooler could hand to another session. `tests/it/contract.rs` checks the
+// declared types are the server's.
+
+/// The statement's rows.
+pub(crate) async fn query(
+    client: &impl GenericClient,
+    sql: &'static str,
+    params: Params<'_>,
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    client.query_typed(sql, &typed(sql, params)).await
+}
+
+/// The statement's one row (an error for none or several).
+pub(crate) async fn query_one(
+    client: &impl GenericClient,
+    sql: &'static str,
+    params: Params<'_>,
+) -> Result<Row, tokio_postgres::Error> {
+    client.query_typed_one(sql, &typed(sql, params)).await
+}
+
+/// The statement's row, if any (an error for several).
+pub(crate) async fn query_opt(
+    client: &impl GenericClient,
+    sql: &'static str,
+    params: Params<'_>,
+) -> Result<Option<Row>, tokio_postgres::Error> {
+    client.query_typed_opt(sql, &typed(sql, params)).await
+}
+
+/// Runs the statement for its effect (its rows, if any, are dropped).
+pub(crate) async fn execute(
+    client: &impl GenericClient,
+    sql: &'static str,
+    params: Params<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    client.query_typed(sql, &typed(sql, params)).await.map(drop)
 }
 
 statements! {

@@ -19,8 +19,8 @@
 //! releases it) nor the record without the lock (the record rolls back). A transaction that
 //! records a term cannot be prepared (two-phase commit would let the record and the lock part).
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use pgrx::pg_sys::panic::{CaughtError, ErrorReport};
+use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::AssertUnwindSafe;
@@ -364,7 +364,11 @@ fn lock_table_full() -> ! {
     // SAFETY: a GUC lookup by a NUL-terminated name; the value is copied before anything else runs.
     let prepared = unsafe {
         let value = pg_sys::GetConfigOption(c"max_prepared_transactions".as_ptr(), true, false);
-        if value.is_null() { 0 } else { CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(0) }
+        if value.is_null() {
+            0
+        } else {
+            CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(0)
+        }
     };
     let entries = i64::from(per_transaction) * (i64::from(backends) + i64::from(prepared));
     ErrorReport::new(
