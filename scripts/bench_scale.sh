@@ -7,6 +7,12 @@
 # median of 3 runs, in milliseconds.
 #   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
+#   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
+#   SCALE_PARTS="status membership"     which parts to run
+# Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
+# hosts / 2 transactions a second for 30 s, 8 clients each going round its eighth of the hosts,
+# so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time)
+# and as a LiveView does (live_members_since); the database's CPU and the ticks served.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
@@ -14,7 +20,64 @@ cd "$ROOT_DIR"
 firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
 host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
+fleet_sizes=(${SCALE_FLEETS:-1000 10000})
+parts=" ${SCALE_PARTS:-status membership} "
 psql_() { "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
+
+# CPU seconds the server has used so far: the postmaster's exited children and the live ones.
+server_cpu() {
+  local pm hz ticks
+  hz=$(getconf CLK_TCK)
+  pm=$(head -1 "$RENDEZVOUS_CLUSTER_DIR/data/postmaster.pid")
+  ticks=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
+  for c in $(cat "/proc/$pm/task/$pm/children"); do
+    ticks=$((ticks + $(awk '{print $14 + $15}' "/proc/$c/stat" 2>/dev/null || echo 0)))
+  done
+  echo "scale=2; $ticks / $hz" | bc
+}
+
+membership() {
+  local tx=$RENDEZVOUS_CLUSTER_DIR/tick_old.sql tx_new=$RENDEZVOUS_CLUSTER_DIR/tick_new.sql
+  cat >"$tx" <<'SQL'
+\set i :i + 1
+\set id 1 + (:i * 8 + :client_id) % :hosts
+SELECT rendezvous.heartbeat('host-' || :id);
+SELECT count(*) FROM rendezvous.live_members();
+SQL
+  cat >"$tx_new" <<'SQL'
+\set i :i + 1
+\set id 1 + (:i * 8 + :client_id) % :hosts
+SELECT rendezvous.heartbeat('host-' || :id);
+SELECT version, read_at, changed FROM rendezvous.live_members_since('10 s', :version, :read_at::timestamptz) \gset
+SQL
+  echo
+  echo "| simulated Scheduler hosts (a look every 2 s) | way | ticks/s asked / served | late > 1 s | latency average | server CPU (cores) |"
+  echo "|---:|---|---:|---:|---:|---:|"
+  for n in "${fleet_sizes[@]}"; do
+    for way in old new; do
+      # Every host live at the start (a way that fell behind leaves hosts silent, and their
+      # return would be a change for the next).
+      psql_ -c "DELETE FROM rendezvous.hosts" -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
+            -c "VACUUM rendezvous.hosts, rendezvous.membership_version" >/dev/null
+      local script=$tx rate=$((n / 2)) before after out
+      [ $way = new ] && script=$tx_new
+      before=$(server_cpu)
+      out=$("$(pg_bindir)/pgbench" -n -M prepared -c 8 -j 2 -T 30 -R "$rate" -D hosts="$n" -D i=0 -D version=0 \
+              -D read_at=2000-01-01 -f "$script" --latency-limit=1000 "$DATABASE_URL" 2>&1 \
+            | grep -E "^tps|latency average|latency limit" || true)
+      after=$(server_cpu)
+      local tps avg late
+      tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+      avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
+      late=$(echo "$out" | sed -n 's/.*latency limit: [0-9]*\/[0-9]* (\([0-9.]*\)%).*/\1 %/p')
+      local label="whole set (0.2.0)"; [ $way = new ] && label="LiveView (live_members_since)"
+      echo "| $(printf "%'d" "$n") | $label | $rate / ${tps%.*} | ${late:-0 %} | ${avg:-?} ms | $(echo "scale=2; ($after - $before) / 30" | bc) |"
+    done
+  done
+}
+
+if [[ $parts == *" membership "* ]]; then membership; fi
+[[ $parts == *" status "* ]] || exit 0
 
 # The 0.2.0 reads, as the baseline (views of its install script, in a scratch schema).
 psql_ <<'SQL'
