@@ -10,7 +10,8 @@
 //! Run: `scripts/bench.sh scheduler`, or
 //! `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench scheduler`.
 //! `RENDEZVOUS_BENCH_SECONDS` sets the length of part 1 (default 600), `RENDEZVOUS_BENCH_LOADS`
-//! its loads (default "100 1000"), `RENDEZVOUS_BENCH_PARTS` the parts to run (default "1 2 3").
+//! its loads (default "100 1000"), `RENDEZVOUS_BENCH_PARTS` the parts to run (default "1 2 3"),
+//! `RENDEZVOUS_BENCH_CONCURRENCY` the hosts' `max_concurrent` (default: the default, 16).
 use std::time::{Duration, Instant, SystemTime};
 
 use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};

@@ -26,7 +26,7 @@ pub use rendezvous_hrw::{score, winner_of, HostSet, WeightError, ALGORITHM};
 use std::time::Duration;
 use tokio_postgres::GenericClient;
 
-use crate::{membership, signals, Result};
+use crate::{membership, Result};
 
 /// The live host set with weights, ready for local lookups: the set the server's
 /// `rendezvous.winner(key)` uses when called with the same `staleness`.
@@ -40,7 +40,5 @@ use crate::{membership, signals, Result};
 /// # }
 /// ```
 pub async fn live_host_set(client: &impl GenericClient, staleness: Duration) -> Result<HostSet> {
-    let members = membership::live_members(client, staleness).await?;
-    metrics::gauge!(signals::HOSTS_LIVE).set(members.len() as f64);
-    Ok(HostSet::weighted(members)?)
+    Ok(membership::LiveView::read(client, staleness).await?.into_hosts())
 }

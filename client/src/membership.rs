@@ -100,6 +100,11 @@ impl LiveView {
         &self.hosts
     }
 
+    /// The live hosts, keeping no view.
+    pub fn into_hosts(self) -> HostSet {
+        self.hosts
+    }
+
     /// The database time the view was last confirmed (read or found unchanged).
     pub fn read_at(&self) -> SystemTime {
         self.read_at

@@ -26,16 +26,11 @@ fn live_set<'a>(fcinfo: FunctionCallInfo) -> &'a HostSet {
 
 fn read_live_set() -> HostSet {
     let members = Spi::connect(|client| {
-        let rows = client.select(
-            "SELECT h.host_id, h.weight FROM rendezvous.hosts h
-              WHERE h.last_seen > pg_catalog.clock_timestamp() - rendezvous.default_staleness()",
-            None,
-            &[],
-        )?;
+        let rows = client.select("SELECT m.host_id, m.weight FROM rendezvous.live_members() m", None, &[])?;
         ensure_memory(rows.len() * 128, "the live host set");
         let mut members = Vec::with_capacity(rows.len());
         for row in rows {
-            // Both columns are NOT NULL.
+            // Both columns are NOT NULL in rendezvous.hosts.
             members.push((row.get::<String>(1)?.unwrap_or_default(), row.get::<f64>(2)?.unwrap_or(1.0)));
         }
         Ok::<_, pgrx::spi::Error>(members)
