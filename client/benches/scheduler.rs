@@ -48,13 +48,18 @@ async fn fleet(url: &str, tasks: usize) {
         rendezvous_client::schedule::schedule_task(&admin, s).await.unwrap();
     }
     let handled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // Each handler's start against its fire time (one machine: one clock for both).
+    let starts = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(SystemTime, Duration)>::new()));
     let mut hosts = Vec::new();
     for h in 0..HOSTS {
         let mut b = Scheduler::builder(url, format!("host-{h}")).options(SchedulerOptions::default());
         for s in &specs {
-            let handled = handled.clone();
-            b = b.handler(s.task_id.clone(), move |_job: Job| {
+            let (handled, starts) = (handled.clone(), starts.clone());
+            b = b.handler(s.task_id.clone(), move |job: Job| {
                 handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let fire_at = job.firing().expect("a firing").fire_at;
+                let late = SystemTime::now().duration_since(fire_at).unwrap_or_default();
+                starts.lock().unwrap().push((fire_at, late));
                 async { Ok::<(), std::io::Error>(()) }
             });
         }
@@ -129,6 +134,34 @@ async fn fleet(url: &str, tasks: usize) {
     println!("| throughput | {rate:.0} firings/s ({:.0} a host) |", rate / HOSTS as f64);
     let p99s: Vec<String> = minutes.iter().map(|r| format!("{:.0}", r.get::<_, f64>(1) * 1e3)).collect();
     println!("| claim lateness p99 minute by minute | {} ms |", p99s.join(" / "));
+    // Handler start lateness, from the handlers' own clock readings.
+    let starts = std::mem::take(&mut *starts.lock().unwrap());
+    let in_window = |at: &SystemTime| *at >= from && *at <= until;
+    let mut all: Vec<f64> =
+        starts.iter().filter(|(at, _)| in_window(at)).map(|(_, l)| l.as_secs_f64() * 1e3).collect();
+    all.sort_by(f64::total_cmp);
+    let q = |v: &[f64], p: f64| {
+        v.get(((v.len() as f64 * p) as usize).min(v.len().saturating_sub(1))).copied().unwrap_or(f64::NAN)
+    };
+    println!(
+        "| handler start lateness p50 / p99 / max (start − fire_at) | {:.1} / {:.1} / {:.1} ms |",
+        q(&all, 0.5),
+        q(&all, 0.99),
+        all.last().copied().unwrap_or(f64::NAN)
+    );
+    let mut by_minute: std::collections::BTreeMap<u64, Vec<f64>> = Default::default();
+    for (at, late) in starts.iter().filter(|(at, _)| in_window(at)) {
+        let minute = at.duration_since(from).unwrap_or_default().as_secs() / 60;
+        by_minute.entry(minute).or_default().push(late.as_secs_f64() * 1e3);
+    }
+    let p99s: Vec<String> = by_minute
+        .into_values()
+        .map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            format!("{:.0}", q(&v, 0.99))
+        })
+        .collect();
+    println!("| handler start lateness p99 minute by minute | {} ms |", p99s.join(" / "));
 }
 
 /// Median of `n` timed runs of `sql`, in microseconds.

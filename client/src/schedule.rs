@@ -750,10 +750,23 @@ struct Shared {
     runs_waiting: AtomicBool,
     /// Set when the last look found more claimable firings than free slots: as for runs.
     firings_waiting: AtomicBool,
-    /// Runs claimed ahead of free slots (`prefetch`), with when they were claimed.
-    queued: Mutex<std::collections::VecDeque<(RunClaim, Instant)>>,
+    /// Work claimed ahead of free slots, oldest claim first: runs (`prefetch`) and the
+    /// firings this host ranks first for (up to `FIRINGS_AHEAD_PER_SLOT` a slot).
+    queued: Mutex<std::collections::VecDeque<Queued>>,
     /// This host ranks first for retention in its last view of the live set.
     retention_owner: AtomicBool,
+}
+
+/// Claimed work waiting in the local queue for a free slot.
+struct Queued {
+    work: Work,
+    token: i64,
+    attempt: i32,
+    lease: Duration,
+    claimed_at: Instant,
+    /// When a firing came due, on this host's monotonic clock (its start lateness is
+    /// measured from it).
+    due: Option<Instant>,
 }
 
 /// What a job runs: a scheduled firing, or an admitted run.
@@ -1080,7 +1093,8 @@ impl SchedulerBuilder {
 /// It joins the membership (heartbeats on its own connection), asks the database for due
 /// firings, claims those it ranks first for (and, after r × `rank_delay`, those it ranks r-th
 /// for that nobody took), and runs each claim as its own Tokio task with a pooled connection,
-/// renewing its lease meanwhile, up to `max_concurrent` at once. A handler's `Ok` completes the
+/// renewing its lease meanwhile, up to `max_concurrent` at once (the firings it ranks first
+/// for are claimed even beyond its free slots, into a local queue). A handler's `Ok` completes the
 /// firing (unless it completed it itself in a [`FencedTransaction`]); an `Err` or a panic
 /// records a failed attempt, retried with the task's backoff until its max attempts. Lost
 /// connections and terminated backends are reconnected with backoff and jitter.
@@ -1150,10 +1164,9 @@ impl Scheduler {
         }
         let mut cut_off: Vec<(String, (Work, i64))> =
             self.shared.running.lock().expect("running lock").drain().collect();
-        // Runs queued ahead and never started go back too.
-        for (claim, _) in self.shared.queued.lock().expect("queue lock").drain(..) {
-            let token = claim.token;
-            cut_off.push((claim.key(), (Work::Run(claim), token)));
+        // Work queued ahead and never started goes back too.
+        for q in self.shared.queued.lock().expect("queue lock").drain(..) {
+            cut_off.push((q.work.key()?, (q.work, q.token)));
         }
         for (key, (work, token)) in cut_off {
             match release(&self.shared, &work, token).await {
@@ -1249,6 +1262,12 @@ const MIN_TICK: Duration = Duration::from_millis(10);
 /// more work (unless its next look is due anyway).
 const GATHER: Duration = Duration::from_millis(50);
 
+/// Firings a host claims ahead of its free slots, per slot (`max_concurrent`): those it ranks
+/// first for, held in its local queue until a slot frees. 16 a slot lets 16 slots take a
+/// burst of 256 in one claim; a queue longer than its handlers can start within half the
+/// lease is released, not run late.
+const FIRINGS_AHEAD_PER_SLOT: usize = 16;
+
 /// The scheduling loop; returns the handles of firings still running when it stopped.
 async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
     let mut control = Some(first);
@@ -1309,7 +1328,14 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                             break;
                         }
                         _ = shared.finished.notified() => {
-                            // With runs waiting, a freed slot is claimed at once. Otherwise
+                            // Work queued here takes a freed slot with no look at the database.
+                            if !shared.queued.lock().expect("queue lock").is_empty() {
+                                if let Err(e) = start_queued(&shared, &mut jobs) {
+                                    tracing::warn!(error = %e, "could not start queued work");
+                                }
+                                continue;
+                            }
+                            // With work waiting, a freed slot is claimed at once. Otherwise
                             // jobs finishing one by one must not make a look each (each costs
                             // the database a query): the next look gathers what finished
                             // meanwhile, and an announced run still wakes the host at once.
@@ -1458,8 +1484,10 @@ async fn tick(
         return Ok(o.poll); // woken early by a finishing firing
     }
     // Enough of the oldest due firings for this host to find its share among them (about
-    // `free` it ranks first for), not every due firing each time.
-    let want = (free * view.len().max(1) * 2).clamp(64, 1000) as i32;
+    // what it can take: its free slots and room in its queue), not every due firing each time.
+    let queued = shared.queued.lock().expect("queue lock").len();
+    let room = free + (o.max_concurrent * FIRINGS_AHEAD_PER_SLOT).saturating_sub(queued);
+    let want = (room * view.len().max(1) * 2).clamp(64, 1000) as i32;
     // When something becomes claimable next, read *before* the due firings: firings another
     // host makes in between are then either in the due list or make this instant past (so the
     // next look comes soon), never missed until the next fire time.
@@ -1509,10 +1537,15 @@ async fn tick(
     // Its own firings first, then, with slots to spare, those of hosts that let them wait
     // (dead, or busy): a busy fleet does not fight over the oldest firings.
     claim.sort_by_key(|(rank, d)| (*rank > 0, d.claimable_since));
-    // More claimable than free slots: a slot freed by a finishing firing is filled
-    // at once.
-    shared.firings_waiting.store(claim.len() > free, Ordering::Relaxed);
-    claim.truncate(free);
+    // The free slots' worth, and beyond them the firings this host ranks first for, into
+    // the local queue: HRW gives those to this host anyway (no other host tries them before
+    // its rank delay), and a burst is claimed in a look or two instead of a look per free
+    // slot. Bounded, so a queue of slow handlers never holds a lease for long.
+    let own = claim.iter().filter(|(rank, _)| *rank == 0).count();
+    let take = free.max(own.min(room));
+    // More claimable than taken: a slot freed by a finishing firing makes a look at once.
+    shared.firings_waiting.store(claim.len() > take, Ordering::Relaxed);
+    claim.truncate(take);
     let claim: Vec<&DueFiring> = claim.into_iter().map(|(_, d)| d).collect();
     // One claim call per lease.
     let mut by_lease: BTreeMap<Duration, Vec<&DueFiring>> = BTreeMap::new();
@@ -1530,10 +1563,16 @@ async fn tick(
                     let token = c.token.expect("a won claim has a token");
                     Counters::add(&shared.counters.claimed);
                     metrics::counter!(signals::FIRINGS_CLAIMED).increment(1);
+                    let now = Instant::now();
                     let late = db_now_est().duration_since(d.firing.fire_at).unwrap_or_default();
-                    signals::seconds(signals::FIRING_START_LATENESS, late);
-                    let work = Work::Firing(d.firing.clone());
-                    jobs.push(start_job(shared.clone(), work, token, d.attempts + 1, lease)?);
+                    shared.queued.lock().expect("queue lock").push_back(Queued {
+                        work: Work::Firing(d.firing.clone()),
+                        token,
+                        attempt: d.attempts + 1,
+                        lease,
+                        claimed_at: now,
+                        due: now.checked_sub(late),
+                    });
                 }
                 _ => {
                     Counters::add(&shared.counters.lost_claims);
@@ -1542,13 +1581,19 @@ async fn tick(
             }
         }
     }
+    // Firings claimed now and work queued before go into the free slots, oldest claim first.
+    start_queued(shared, jobs)?;
     // Admitted runs, with the slots the firings left: this host's own by HRW at once, others'
     // after the rank delay (the database decides which, on its clock).
     let mut next = next;
-    // Runs queued ahead (prefetch) go first into free slots, with no look at the database.
-    start_queued(shared, jobs)?;
     if !shared.workflows.is_empty() {
-        let queued = shared.queued.lock().expect("queue lock").len();
+        let queued = shared
+            .queued
+            .lock()
+            .expect("queue lock")
+            .iter()
+            .filter(|q| matches!(q.work, Work::Run(_)))
+            .count();
         let free = shared.slots.available_permits();
         // What to claim: the free slots (the queue is empty when any is free), and, with
         // prefetch, a refill of the queue once it is half empty (each claim fetching many).
@@ -1571,7 +1616,15 @@ async fn tick(
                 for claim in claims {
                     Counters::add(&shared.counters.claimed);
                     metrics::counter!(signals::RUNS_CLAIMED).increment(1);
-                    queue.push_back((claim, claimed_at));
+                    let (token, attempt) = (claim.token, claim.attempt);
+                    queue.push_back(Queued {
+                        work: Work::Run(claim),
+                        token,
+                        attempt,
+                        lease: o.run_lease,
+                        claimed_at,
+                        due: None,
+                    });
                 }
             }
             start_queued(shared, jobs)?;
@@ -1610,30 +1663,30 @@ async fn tick(
     Ok(wait.max(MIN_TICK))
 }
 
-/// Starts queued runs in the free slots, oldest claim first; one queued for more than half its
-/// lease is released instead (another host may run it at once), not run on a claim near its end.
+/// Starts queued work in the free slots, oldest claim first; work queued for more than half
+/// its lease is released instead (another host may run it at once), not run on a claim near
+/// its end.
 fn start_queued(shared: &Arc<Shared>, jobs: &mut Vec<JoinHandle<()>>) -> Result<()> {
-    let lease = shared.options.run_lease;
     loop {
         if shared.slots.available_permits() == 0 {
             return Ok(());
         }
-        let Some((claim, claimed_at)) = shared.queued.lock().expect("queue lock").pop_front() else {
+        let Some(q) = shared.queued.lock().expect("queue lock").pop_front() else {
             return Ok(());
         };
-        if claimed_at.elapsed() > lease / 2 {
-            let (run_id, token, side) = (claim.run_id, claim.token, shared.side.clone());
+        if q.claimed_at.elapsed() > q.lease / 2 {
+            let side = shared.clone();
             tokio::spawn(async move {
-                let released =
-                    side.call(|c| async move { runs::release_run(&*c, run_id, token).await }).await;
-                if let Err(e) = released {
-                    tracing::warn!(error = %e, run_id, "could not release a run queued too long");
+                if let Err(e) = release(&side, &q.work, q.token).await {
+                    tracing::warn!(error = %e, "could not release work queued too long");
                 }
             });
             continue;
         }
-        let (token, attempt) = (claim.token, claim.attempt);
-        jobs.push(start_job(shared.clone(), Work::Run(claim), token, attempt, lease)?);
+        if let Some(due) = q.due {
+            signals::seconds(signals::FIRING_START_LATENESS, due.elapsed());
+        }
+        jobs.push(start_job(shared.clone(), q.work, q.token, q.attempt, q.lease)?);
     }
 }
 

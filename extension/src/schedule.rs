@@ -115,13 +115,37 @@ fn parse_zone(name: &str) -> Result<TimeZone, String> {
 }
 
 /// A parsed schedule and its zone, or 22023.
-fn require(schedule: Option<&str>, time_zone: Option<&str>) -> (Schedule, TimeZone) {
+fn require(schedule: Option<&str>, time_zone: Option<&str>) -> std::rc::Rc<(Schedule, TimeZone)> {
     let schedule = schedule.unwrap_or_else(|| null_argument("schedule"));
     let time_zone = time_zone.unwrap_or_else(|| null_argument("time_zone"));
+    let key = (schedule.to_owned(), time_zone.to_owned());
+    if let Some(parsed) = PARSED.with(|p| p.borrow().get(&key).cloned()) {
+        return parsed;
+    }
     let s = parse_schedule(schedule).unwrap_or_else(|e| invalid_argument(e));
     let z = parse_zone(time_zone).unwrap_or_else(|e| invalid_argument(e));
-    (s, z)
+    let parsed = std::rc::Rc::new((s, z));
+    PARSED.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() >= MAX_PARSED {
+            p.clear();
+        }
+        p.insert(key, parsed.clone());
+    });
+    parsed
 }
+
+/// Schedules and zones this backend parsed, by their text: making a second's firings plans
+/// every due task, and most tasks share a few schedules (parsing was half the cost).
+/// Only what parsed is kept: an error is raised again each time.
+type Parsed = std::collections::HashMap<(String, String), std::rc::Rc<(Schedule, TimeZone)>>;
+
+thread_local! {
+    static PARSED: std::cell::RefCell<Parsed> = std::cell::RefCell::new(Parsed::new());
+}
+
+/// The most parsed schedules a backend keeps (all are dropped when it is full).
+const MAX_PARSED: usize = 1024;
 
 fn to_jiff(t: TimestampWithTimeZone, name: &str) -> Timestamp {
     let pg: i64 = t.into();
@@ -243,11 +267,12 @@ fn fire_times(
     after: Option<TimestampWithTimeZone>,
     until: Option<TimestampWithTimeZone>,
 ) -> SetOfIterator<'static, TimestampWithTimeZone> {
-    let (s, zone) = require(schedule, time_zone);
+    let parsed = require(schedule, time_zone);
+    let (s, zone) = (&parsed.0, &parsed.1);
     let after = to_jiff(after.unwrap_or_else(|| null_argument("after")), "after");
     let until = to_jiff(until.unwrap_or_else(|| null_argument("until")), "until");
     crate::errors::ensure_memory(2 * MAX_FIRE_TIMES * std::mem::size_of::<Timestamp>(), "fire_times");
-    let times = s.between(&zone, after, until, MAX_FIRE_TIMES).unwrap_or_else(|()| {
+    let times = s.between(zone, after, until, MAX_FIRE_TIMES).unwrap_or_else(|()| {
         raise(
             PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
             format!(
@@ -266,9 +291,10 @@ fn check_schedule(
     time_zone: Option<&str>,
     after: Option<TimestampWithTimeZone>,
 ) -> TimestampWithTimeZone {
-    let (s, zone) = require(schedule, time_zone);
+    let parsed = require(schedule, time_zone);
+    let (s, zone) = (&parsed.0, &parsed.1);
     let after = to_jiff(after.unwrap_or_else(|| null_argument("after")), "after");
-    match s.next_after(&zone, after) {
+    match s.next_after(zone, after) {
         Some(next) => to_pg(next),
         None => invalid_argument(format!(
             "schedule \"{}\" never fires again (no fire time before the year 5000)",
@@ -285,8 +311,9 @@ fn next_fire_time(
     time_zone: Option<&str>,
     after: Option<TimestampWithTimeZone>,
 ) -> Option<TimestampWithTimeZone> {
-    let (s, zone) = require(schedule, time_zone);
-    s.next_after(&zone, to_jiff(after.unwrap_or_else(|| null_argument("after")), "after")).map(to_pg)
+    let parsed = require(schedule, time_zone);
+    let (s, zone) = (&parsed.0, &parsed.1);
+    s.next_after(zone, to_jiff(after.unwrap_or_else(|| null_argument("after")), "after")).map(to_pg)
 }
 
 /// One task's catch-up decision: of the fire times in [`from`, `now`] (`from` is the task's
@@ -360,13 +387,14 @@ fn plan(
     now: TimestampWithTimeZone,
     max_run: i32,
 ) -> PlannedFirings {
-    let (s, zone) = require(Some(schedule), Some(time_zone));
+    let parsed = require(Some(schedule), Some(time_zone));
+    let (s, zone) = (&parsed.0, &parsed.1);
     let window_start = to_jiff(now - window, "now - catch_up_window");
     let (from, now) = (to_jiff(from, "from"), to_jiff(now, "now"));
     // Fire times in [from, now]: `between` is (after, until], so start one microsecond early.
     let just_before_from = from.checked_sub(jiff::SignedDuration::from_micros(1)).unwrap_or(from);
     let count = |after: Timestamp, until: Timestamp| -> i64 {
-        match s.between(&zone, after, until, MAX_FIRE_TIMES) {
+        match s.between(zone, after, until, MAX_FIRE_TIMES) {
             Ok(v) => v.len() as i64,
             Err(()) => MAX_FIRE_TIMES as i64,
         }
@@ -375,7 +403,7 @@ fn plan(
         "all" => {
             let first = if window_start > just_before_from { window_start } else { just_before_from };
             let max_run = usize::try_from(max_run).unwrap_or(0).clamp(1, MAX_CATCH_UP);
-            let (run, more) = s.first_between(&zone, first, now, max_run);
+            let (run, more) = s.first_between(zone, first, now, max_run);
             let skipped = if first > just_before_from { count(just_before_from, first) } else { 0 };
             let resume = if more { *run.last().expect("a full batch") } else { now };
             (run, skipped, resume)
@@ -383,10 +411,10 @@ fn plan(
         "latest" | "skip" => {
             // Usually one or two fire times: walk them (and learn the next one on the way);
             // after a long downtime, count up to the cap and search back for the latest.
-            let (due, latest, next) = match s.between_and_next(&zone, just_before_from, now, MAX_FIRE_TIMES) {
+            let (due, latest, next) = match s.between_and_next(zone, just_before_from, now, MAX_FIRE_TIMES) {
                 Ok((times, next)) => (times.len() as i64, times.last().copied(), Some(next)),
                 Err(()) => {
-                    (MAX_FIRE_TIMES as i64, s.latest_at_or_before(&zone, now).filter(|t| *t >= from), None)
+                    (MAX_FIRE_TIMES as i64, s.latest_at_or_before(zone, now).filter(|t| *t >= from), None)
                 }
             };
             let run: Vec<Timestamp> = match latest {
@@ -394,12 +422,12 @@ fn plan(
                 _ => vec![],
             };
             let skipped = (due - run.len() as i64).max(0);
-            let next = next.unwrap_or_else(|| s.next_after(&zone, now));
+            let next = next.unwrap_or_else(|| s.next_after(zone, now));
             return TableIterator::once((run.into_iter().map(to_pg).collect(), skipped, next.map(to_pg)));
         }
         other => invalid_argument(format!("catch_up must be latest, all or skip (got \"{other}\")")),
     };
-    let next = s.next_after(&zone, resume_after).map(to_pg);
+    let next = s.next_after(zone, resume_after).map(to_pg);
     TableIterator::once((run.into_iter().map(to_pg).collect(), skipped, next))
 }
 

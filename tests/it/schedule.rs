@@ -1,6 +1,7 @@
 //! The scheduler through the client: cron tasks run once across hosts and never before they are
-//! due by the database clock, failures retried then failed for good, shutdown hands running
-//! firings over, and a host whose backends are all terminated reconnects by itself.
+//! due by the database clock, failures retried then failed for good, a burst claimed beyond the
+//! free slots, shutdown hands running and queued firings over, and a host whose backends are all
+//! terminated reconnects by itself.
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -263,6 +264,64 @@ async fn a_handler_error_or_panic_rolls_back_its_writes_and_is_recorded() {
     assert_eq!(rows[0].get::<_, String>(2), "invalid argument: validation failed");
     assert!(rows[1].get::<_, i64>(1) >= 1);
     assert_eq!(rows[1].get::<_, String>(2), "handler panicked: boom");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_is_claimed_in_one_look_beyond_the_free_slots_and_what_waits_goes_back_at_shutdown() {
+    let db = TestDb::new("sched_burst").await;
+    starts_table(&db).await;
+    let client = db.connect().await;
+    let specs: Vec<TaskSpec> = (0..12)
+        .map(|i| {
+            TaskSpec::new(format!("burst-{i}"), "every 3600 seconds").with_lease(Duration::from_secs(60))
+        })
+        .collect();
+    for spec in &specs {
+        rendezvous_client::schedule::schedule_task(&client, spec).await.unwrap();
+    }
+    // All due now: as if the last fire time had not run yet.
+    client
+        .execute(
+            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut builder = Scheduler::builder(&db.url, "busy-host").options(quick().with_max_concurrent(2));
+    for spec in &specs {
+        builder = builder.handler(spec.task_id.clone(), |job: Job| async move {
+            job.client()
+                .await?
+                .execute(
+                    "INSERT INTO starts (key, token, host) VALUES ($1, $2, 'busy-host')",
+                    &[&job.key().to_owned(), &job.token()],
+                )
+                .await?;
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            Ok::<(), rendezvous_client::Error>(())
+        });
+    }
+    let host = builder.start().await.unwrap();
+    wait_for_count(&client, "SELECT count(*) FROM starts", 2).await;
+    // The two free slots did not bound the claim: all twelve (this host ranks first for each)
+    // in one claim call, ten of them waiting in the host's queue, not started.
+    let row = client
+        .query_one(
+            "SELECT count(*), count(DISTINCT claimed_at) FROM rendezvous.firings WHERE holder = 'busy-host'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (12, 1));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started: i64 = client.query_one("SELECT count(*) FROM starts", &[]).await.unwrap().get(0);
+    assert_eq!(started, 2, "only the free slots run");
+    // Shutdown hands back the running and the queued alike: all claimable again at once.
+    let report = host.shutdown(Duration::from_millis(300)).await.unwrap();
+    assert_eq!((report.finished, report.released), (0, 12));
+    let due: i64 =
+        client.query_one("SELECT count(*) FROM rendezvous.due_firings()", &[]).await.unwrap().get(0);
+    assert_eq!(due, 12);
 }
 
 #[tokio::test(flavor = "multi_thread")]
