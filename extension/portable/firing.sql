@@ -1,0 +1,107 @@
+-- The portable edition's firing.rs: the firing key, one claim, one completion, and the
+-- durable commit of a claim or completion.
+
+-- The commit of the current transaction is flushed before it is acknowledged: with
+-- synchronous_commit off for the session, this transaction's becomes local (replication waits
+-- still follow the session's setting, as ForceSyncCommit leaves them in the native edition).
+CREATE FUNCTION rendezvous._durable_commit() RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
+    END IF;
+END
+$$;
+
+CREATE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamp with time zone) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_text('task_id', task_id, 256);
+    PERFORM rendezvous._check_fire_at(fire_at);
+    RETURN 'firing:' || task_id || ':'
+        || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
+END
+$$;
+
+CREATE FUNCTION rendezvous.claim_firing(
+    task_id text,
+    fire_at timestamp with time zone,
+    host_id text,
+    lease   interval DEFAULT '30 seconds'
+) RETURNS rendezvous.firing_claim
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    key text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
+    first_token bigint;
+    now_ timestamptz;
+    result rendezvous.firing_claim;
+BEGIN
+    PERFORM rendezvous._check_text('host_id', claim_firing.host_id, 256);
+    PERFORM rendezvous._check_lease(claim_firing.lease);
+    -- Never before it is due by the database clock: not claimed, nobody holds it, and
+    -- lease_until says when it can be claimed.
+    IF claim_firing.fire_at > clock_timestamp() THEN
+        RETURN ROW(false, NULL, NULL, false, claim_firing.fire_at)::rendezvous.firing_claim;
+    END IF;
+    first_token := greatest(rendezvous._fence_floor(), 1);
+    FOR attempt IN 1 .. 5 LOOP
+        now_ := clock_timestamp();
+        INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
+                                             holder_pid, holder_started)
+        VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,
+                now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started())
+        ON CONFLICT (firing_key) DO UPDATE
+           SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token),
+               claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,
+               attempts = f.attempts + 1,
+               holder_pid = excluded.holder_pid, holder_started = excluded.holder_started
+         WHERE f.completed_at IS NULL
+           AND (f.lease_until <= excluded.claimed_at
+                OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
+        RETURNING true, f.holder, f.token, false, f.lease_until INTO result;
+        IF FOUND THEN
+            PERFORM rendezvous._durable_commit();
+            RETURN result;
+        END IF;
+        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
+        -- A loser is not told the holder's token (#24).
+        SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
+          FROM rendezvous.firings f WHERE f.firing_key = key;
+        IF FOUND THEN
+            RETURN result;
+        END IF;
+        -- The row was deleted (purged) between the two statements: claim again.
+    END LOOP;
+    RAISE EXCEPTION 'could not claim %: it is being purged concurrently', key USING ERRCODE = '40001';
+END
+$$;
+
+CREATE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamp with time zone, token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    key text := rendezvous.firing_key(complete_firing.task_id, complete_firing.fire_at);
+BEGIN
+    IF complete_firing.token IS NULL THEN
+        RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE rendezvous.firings f SET completed_at = coalesce(f.completed_at, clock_timestamp())
+     WHERE f.firing_key = key AND f.token = complete_firing.token
+       AND f.holder IS NOT NULL AND f.failed_at IS NULL;
+    IF FOUND THEN
+        PERFORM rendezvous._durable_commit();
+        RETURN true;
+    END IF;
+    RETURN false;
+END
+$$;

@@ -1,0 +1,341 @@
+-- Rendezvous (HRW) hashing in SQL: the portable edition's winner, ranked, score and
+-- hrw_algorithm, bit-identical to the Rust crate (docs/hrw.md, hrw/vectors.json).
+--
+-- 64-bit words are held in bigint and wrap as Rust's u64 does: PostgreSQL's shifts wrap, XOR
+-- and AND are bitwise, and addition and multiplication are done in parts small enough never to
+-- overflow. The small helpers are single-expression SQL functions with no SET clause, so the
+-- planner inlines them into the callers' expressions.
+
+-- a + b modulo 2^64.
+CREATE FUNCTION rendezvous._add64(a bigint, b bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE
+        WHEN (a < 0) <> (b < 0) THEN a + b
+        -- Same signs: move the sum by 2^63 (never overflows), then back, wrapping.
+        WHEN (CASE WHEN b >= 0 THEN a + ((b - 9223372036854775807) - 1) ELSE a + ((b + 9223372036854775807) + 1) END) < 0
+            THEN (CASE WHEN b >= 0 THEN a + ((b - 9223372036854775807) - 1) ELSE a + ((b + 9223372036854775807) + 1) END)
+                 + 9223372036854775807 + 1
+        ELSE (CASE WHEN b >= 0 THEN a + ((b - 9223372036854775807) - 1) ELSE a + ((b + 9223372036854775807) + 1) END)
+             - 9223372036854775807 - 1
+    END
+$$;
+
+-- x rotated left by n bits (0 < n < 63).
+CREATE FUNCTION rendezvous._rotl64(x bigint, n integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (x << n) | ((x >> (64 - n)) & ((1::bigint << n) - 1)) $$;
+
+-- x shifted right by n bits, zeros coming in (0 < n < 64).
+CREATE FUNCTION rendezvous._shr64(x bigint, n integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (x >> n) & ~((-1)::bigint << (64 - n)) $$;
+
+-- a × b modulo 2^64, from 32- and 16-bit parts whose products stay below 2^48.
+CREATE FUNCTION rendezvous._mul64(a bigint, b bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT rendezvous._add64(
+        -- low halves: al × bl
+        rendezvous._add64(((a & 4294967295) * ((b >> 16) & 65535)) << 16, (a & 4294967295) * (b & 65535)),
+        -- cross terms modulo 2^32, moved up: (ah × bl + al × bh) << 32
+        ((((((((a >> 32) & 4294967295) * ((b >> 16) & 65535)) & 65535) << 16)
+            + (((a >> 32) & 4294967295) * (b & 65535)))
+          + (((((a & 4294967295) * ((b >> 48) & 65535)) & 65535) << 16)
+            + ((a & 4294967295) * ((b >> 32) & 65535)))) & 4294967295) << 32)
+$$;
+
+-- SipHash-2-4 of data with the key (k0, k1).
+CREATE FUNCTION rendezvous._siphash24(k0 bigint, k1 bigint, data bytea) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v0 bigint := k0 # 8317987319222330741;   -- 0x736f6d6570736575
+    v1 bigint := k1 # 7237128888997146477;   -- 0x646f72616e646f6d
+    v2 bigint := k0 # 7816392313619706465;   -- 0x6c7967656e657261
+    v3 bigint := k1 # 8387220255154660723;   -- 0x7465646279746573
+    n integer := length(data);
+    words integer := n / 8;
+    m bigint;
+    i integer;
+    r integer;
+BEGIN
+    FOR w IN 0 .. words LOOP
+        IF w < words THEN
+            i := w * 8;
+            m := get_byte(data, i)::bigint | (get_byte(data, i + 1)::bigint << 8)
+                 | (get_byte(data, i + 2)::bigint << 16) | (get_byte(data, i + 3)::bigint << 24)
+                 | (get_byte(data, i + 4)::bigint << 32) | (get_byte(data, i + 5)::bigint << 40)
+                 | (get_byte(data, i + 6)::bigint << 48) | (get_byte(data, i + 7)::bigint << 56);
+        ELSE
+            -- The last word: the length's low byte on top, the bytes left below it.
+            m := (n & 255)::bigint << 56;
+            FOR j IN 0 .. n - words * 8 - 1 LOOP
+                m := m | (get_byte(data, words * 8 + j)::bigint << (8 * j));
+            END LOOP;
+        END IF;
+        v3 := v3 # m;
+        FOR r IN 1 .. 2 LOOP
+            v0 := rendezvous._add64(v0, v1); v1 := rendezvous._rotl64(v1, 13) # v0; v0 := rendezvous._rotl64(v0, 32);
+            v2 := rendezvous._add64(v2, v3); v3 := rendezvous._rotl64(v3, 16) # v2;
+            v0 := rendezvous._add64(v0, v3); v3 := rendezvous._rotl64(v3, 21) # v0;
+            v2 := rendezvous._add64(v2, v1); v1 := rendezvous._rotl64(v1, 17) # v2; v2 := rendezvous._rotl64(v2, 32);
+        END LOOP;
+        v0 := v0 # m;
+    END LOOP;
+    v2 := v2 # 255;
+    FOR r IN 1 .. 4 LOOP
+        v0 := rendezvous._add64(v0, v1); v1 := rendezvous._rotl64(v1, 13) # v0; v0 := rendezvous._rotl64(v0, 32);
+        v2 := rendezvous._add64(v2, v3); v3 := rendezvous._rotl64(v3, 16) # v2;
+        v0 := rendezvous._add64(v0, v3); v3 := rendezvous._rotl64(v3, 21) # v0;
+        v2 := rendezvous._add64(v2, v1); v1 := rendezvous._rotl64(v1, 17) # v2; v2 := rendezvous._rotl64(v2, 32);
+    END LOOP;
+    RETURN v0 # v1 # v2 # v3;
+END
+$$;
+
+-- A key's hash (rendezvous-hrw-v1 key keys), refusing NULL and keys over 1 MiB as the native
+-- edition does.
+CREATE FUNCTION rendezvous._key_hash(key text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bytes bytea;
+BEGIN
+    IF key IS NULL THEN
+        RAISE EXCEPTION 'key must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    bytes := convert_to(key, 'UTF8');
+    IF length(bytes) > 1048576 THEN
+        RAISE EXCEPTION 'key is % bytes; the limit is 1048576', length(bytes) USING ERRCODE = '54000';
+    END IF;
+    RETURN rendezvous._siphash24(8243116070449870447, 8463158064046484785, bytes);
+END
+$$;
+
+-- A host id's hash (rendezvous-hrw-v1 host keys).
+CREATE FUNCTION rendezvous._host_hash(host text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT rendezvous._siphash24(8243116070449870447, 8463158051328980017, convert_to(host, 'UTF8')) $$;
+
+-- The 63-bit score of a host for a key from their hashes: fmix64(key ^ host) >> 1.
+CREATE FUNCTION rendezvous._combine(key_hash bigint, host_hash bigint) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    h bigint := key_hash # host_hash;
+BEGIN
+    h := rendezvous._mul64(h # rendezvous._shr64(h, 33), -49064778989728563);    -- 0xff51afd7ed558ccd
+    h := rendezvous._mul64(h # rendezvous._shr64(h, 33), -4265267296055464877);  -- 0xc4ceb9fe1a85ec53
+    RETURN rendezvous._shr64(h # rendezvous._shr64(h, 33), 1);
+END
+$$;
+
+-- ratio / -ln(u) for u = (2 × (score >> 11) + 1) × 2^-53, with the IEEE-exact series of
+-- docs/hrw.md: float8 arithmetic is IEEE binary64 (+ - × ÷ correctly rounded), and u's
+-- exponent and mantissa come from the integer exactly.
+CREATE FUNCTION rendezvous._weighted_score(score bigint, ratio double precision) RETURNS double precision
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint := 2 * (score >> 11) + 1;    -- odd, below 2^53: exact as a float8
+    bits integer := 0;
+    m double precision;
+    e integer;
+    s double precision;
+    z double precision;
+    p double precision := 1::double precision / 23::double precision;
+BEGIN
+    -- n's bit length: the float estimate, made exact.
+    bits := floor(ln(n::double precision) / ln(2::double precision))::integer + 1;
+    IF (n >> (bits - 1)) = 0 THEN
+        bits := bits - 1;
+    ELSIF (n >> bits) > 0 THEN
+        bits := bits + 1;
+    END IF;
+    -- u = m × 2^e with m in [1, 2): a division by a power of two is exact.
+    m := n::double precision / (1::bigint << (bits - 1))::double precision;
+    e := bits - 54;
+    IF m > 1.4142135623730951::double precision THEN
+        m := m * 0.5::double precision;
+        e := e + 1;
+    END IF;
+    s := (m - 1::double precision) / (m + 1::double precision);
+    z := s * s;
+    FOR k IN REVERSE 10 .. 0 LOOP
+        p := p * z + 1::double precision / (2 * k + 1)::double precision;
+    END LOOP;
+    RETURN ratio / -(e::double precision * 0.6931471805599453::double precision + 2::double precision * s * p);
+END
+$$;
+
+-- The order of a host set for a key: by weighted score when the weights differ, then by
+-- score, then by host id in byte order; the first k (all for NULL). hosts are distinct;
+-- ratios are each host's weight over the largest (NULL: unweighted).
+CREATE FUNCTION rendezvous._hrw_order(key_hash bigint, hosts text[], ratios double precision[], k integer)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(o.host ORDER BY o.ws DESC, o.s DESC, o.host COLLATE "C"), '{}')
+      FROM (SELECT x.host, x.s, x.ws
+              FROM (SELECT u.host, c.s,
+                           CASE WHEN ratios IS NULL THEN 0::double precision
+                                ELSE rendezvous._weighted_score(c.s, u.ratio) END AS ws
+                      FROM unnest(hosts, ratios) AS u(host, ratio)
+                     CROSS JOIN LATERAL (SELECT rendezvous._combine(key_hash, rendezvous._host_hash(u.host)) AS s) c
+                     WHERE u.host IS NOT NULL) x
+             ORDER BY x.ws DESC, x.s DESC, x.host COLLATE "C"
+             LIMIT k) o
+$$;
+
+-- Refuses what the native edition refuses before reading a hosts array: k below 0 (22023), an
+-- array over 16 MiB or 100,000 elements (54000).
+CREATE FUNCTION rendezvous._check_hrw_input(hosts text[], k integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF k < 0 THEN
+        RAISE EXCEPTION 'k must be >= 0 or NULL (got %)', k USING ERRCODE = '22023';
+    ELSIF pg_column_size(hosts) > 16777216 THEN
+        RAISE EXCEPTION 'hosts is % bytes; the limit is 16777216', pg_column_size(hosts) USING ERRCODE = '54000';
+    ELSIF cardinality(hosts) > 100000 THEN
+        RAISE EXCEPTION 'hosts has % elements; the limit is 100000', cardinality(hosts) USING ERRCODE = '54000';
+    END IF;
+END
+$$;
+
+-- The distinct hosts of a weighted set and their ratios to the largest weight (ratios NULL
+-- when every weight is the same: the set is unweighted), refusing NULL weights, weights that
+-- are not finite and positive, and a host given two weights.
+CREATE FUNCTION rendezvous._weighted_set(hosts text[], weights double precision[],
+                                         OUT set_hosts text[], OUT set_ratios double precision[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad record;
+    largest double precision;
+BEGIN
+    IF hosts IS NULL OR weights IS NULL THEN
+        RAISE EXCEPTION 'hosts and weights must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM rendezvous._check_hrw_input(hosts, NULL);
+    IF cardinality(hosts) <> cardinality(weights) THEN
+        RAISE EXCEPTION 'hosts and weights must have the same length (got % hosts and % weights)',
+            cardinality(hosts), cardinality(weights) USING ERRCODE = '22023';
+    END IF;
+    SELECT u.host INTO bad FROM unnest(hosts, weights) WITH ORDINALITY AS u(host, weight, ord)
+     WHERE u.host IS NOT NULL AND u.weight IS NULL ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'the weight of host "%" must not be NULL', bad.host USING ERRCODE = '22004';
+    END IF;
+    SELECT u.host, u.weight INTO bad FROM unnest(hosts, weights) WITH ORDINALITY AS u(host, weight, ord)
+     WHERE u.host IS NOT NULL AND (u.weight = 'NaN' OR u.weight <= 0 OR u.weight = 'Infinity')
+     ORDER BY u.ord LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'weight % of host "%" is invalid: weights must be finite and greater than 0',
+            bad.weight, bad.host USING ERRCODE = '22023';
+    END IF;
+    SELECT u.host INTO bad FROM unnest(hosts, weights) AS u(host, weight)
+     WHERE u.host IS NOT NULL GROUP BY u.host HAVING count(DISTINCT u.weight) > 1
+     ORDER BY u.host COLLATE "C" LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'host "%" appears more than once with different weights', bad.host USING ERRCODE = '22023';
+    END IF;
+    SELECT array_agg(d.host), array_agg(d.weight), max(d.weight) INTO set_hosts, set_ratios, largest
+      FROM (SELECT DISTINCT u.host, u.weight FROM unnest(hosts, weights) AS u(host, weight)
+             WHERE u.host IS NOT NULL) d;
+    IF set_hosts IS NULL THEN
+        set_hosts := '{}';
+        set_ratios := NULL;
+    ELSIF EXISTS (SELECT 1 FROM unnest(set_ratios) w WHERE w <> largest) THEN
+        set_ratios := ARRAY(SELECT w / largest FROM unnest(set_ratios) WITH ORDINALITY AS r(w, ord) ORDER BY r.ord);
+    ELSE
+        set_ratios := NULL;
+    END IF;
+END
+$$;
+
+CREATE FUNCTION rendezvous.hrw_algorithm() RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT 'rendezvous-hrw-v1'::text $$;
+
+CREATE FUNCTION rendezvous.score(key text, host text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kh bigint := rendezvous._key_hash(key);
+BEGIN
+    IF host IS NULL THEN
+        RAISE EXCEPTION 'host must not be NULL' USING ERRCODE = '22004';
+    ELSIF octet_length(host) > 1048576 THEN
+        RAISE EXCEPTION 'host is % bytes; the limit is 1048576', octet_length(host) USING ERRCODE = '54000';
+    END IF;
+    RETURN rendezvous._combine(kh, rendezvous._host_hash(host));
+END
+$$;
+
+CREATE FUNCTION rendezvous.ranked(key text, hosts text[], k integer DEFAULT NULL) RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kh bigint := rendezvous._key_hash(key);
+BEGIN
+    PERFORM rendezvous._check_hrw_input(hosts, k);
+    IF hosts IS NULL THEN
+        RETURN '{}';
+    END IF;
+    RETURN rendezvous._hrw_order(kh, ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL), NULL, k);
+END
+$$;
+
+CREATE FUNCTION rendezvous.ranked(key text, hosts text[], weights double precision[], k integer DEFAULT NULL)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kh bigint := rendezvous._key_hash(key);
+    s record;
+BEGIN
+    PERFORM rendezvous._check_hrw_input(NULL, k);
+    s := rendezvous._weighted_set(hosts, weights);
+    RETURN rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, k);
+END
+$$;
+
+CREATE FUNCTION rendezvous.winner(key text, hosts text[]) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kh bigint := rendezvous._key_hash(key);
+BEGIN
+    PERFORM rendezvous._check_hrw_input(hosts, NULL);
+    IF hosts IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN (rendezvous._hrw_order(kh, ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL), NULL, 1))[1];
+END
+$$;
+
+CREATE FUNCTION rendezvous.winner(key text, hosts text[], weights double precision[]) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    kh bigint := rendezvous._key_hash(key);
+    s record;
+BEGIN
+    s := rendezvous._weighted_set(hosts, weights);
+    RETURN (rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, 1))[1];
+END
+$$;

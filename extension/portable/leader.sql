@@ -1,0 +1,224 @@
+-- The portable edition's leader.rs: leader claims on a session-level advisory lock, with
+-- fencing epochs. The lock is pg_try_advisory_lock's two-key form: key 1 is the OID of
+-- rendezvous.leaders (as the native tag's second field), key 2 the group's lock id, so it
+-- shows in pg_locks as objsubid 2 and rendezvous.leader_locks finds it. Unlike the native
+-- lock space, any role that can connect can take or block it with SQL (docs/operations.md).
+
+-- pg_locks' objsubid of the two-key advisory locks.
+CREATE FUNCTION rendezvous._leader_lock_space() RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT 2 $$;
+
+-- Key 1 of every leader lock: the OID of rendezvous.leaders, as an integer (wrapped).
+CREATE FUNCTION rendezvous._leader_lock_key() RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ('rendezvous.leaders'::regclass::oid::bigint::bit(32))::integer $$;
+
+-- Whether backend holder_pid holds lock lock_id (from pg_locks).
+CREATE FUNCTION rendezvous._leader_lock_held(lock_id integer, holder_pid integer) RETURNS boolean
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(holder_pid IS NOT NULL AND EXISTS (
+        SELECT 1 FROM rendezvous.leader_locks k
+         WHERE k.lock_id = _leader_lock_held.lock_id AND k.pid = holder_pid AND k.granted), false)
+$$;
+
+-- group_name and candidate: not NULL, not empty, at most 256 bytes (the native messages).
+CREATE FUNCTION rendezvous._check_leader_name(what text, value text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', what USING ERRCODE = '22004';
+    ELSIF value = '' THEN
+        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
+    ELSIF octet_length(value) > 256 THEN
+        RAISE EXCEPTION '% is % bytes long; the limit is 256', what, octet_length(value) USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- Records a holder's confirmation (and the term's lease), waiting for synchronous replication
+-- like any commit (synchronous_commit raised to on for this transaction).
+CREATE FUNCTION rendezvous._confirm_term(group_name text, lease interval) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    INSERT INTO rendezvous.leader_confirmations AS c (group_name, confirmed_at, lease)
+    VALUES (_confirm_term.group_name, clock_timestamp(), _confirm_term.lease)
+    ON CONFLICT (group_name) DO UPDATE SET confirmed_at = excluded.confirmed_at, lease = excluded.lease;
+END
+$$;
+
+-- This session's new term: a new epoch (above the timeline's floor), made durable; 40001 (the
+-- lock given back) when the group's row went while this session claimed it.
+CREATE FUNCTION rendezvous._record_new_term(group_name text, candidate text, lock_id integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    floor_ bigint := rendezvous._fence_floor();
+    new_epoch bigint;
+BEGIN
+    PERFORM rendezvous._durable_commit();
+    UPDATE rendezvous.leaders l
+       SET epoch = greatest(l.epoch + 1, floor_), leader = _record_new_term.candidate, since = clock_timestamp(),
+           pid = pg_backend_pid()
+     WHERE l.group_name = _record_new_term.group_name
+    RETURNING l.epoch INTO new_epoch;
+    IF NOT FOUND THEN
+        PERFORM pg_advisory_unlock(rendezvous._leader_lock_key(), _record_new_term.lock_id);
+        RAISE EXCEPTION 'leader group "%" was deleted while this session claimed it: try again',
+            _record_new_term.group_name USING ERRCODE = '40001';
+    END IF;
+    RETURN new_epoch;
+END
+$$;
+
+-- Ends the session of the group's holder when it has not confirmed its term for longer than
+-- its lease plus a second (database clock), waiting up to a second for it to go; true when it
+-- did. Ending another role's session needs pg_signal_backend (or the same role): without it,
+-- a warning, and the group stays with its silent holder until its session ends.
+CREATE FUNCTION rendezvous._end_silent_holder(group_name text, lock_id integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    silent integer;
+BEGIN
+    SELECT l.pid INTO silent FROM rendezvous.leaders l
+      JOIN rendezvous.leader_confirmations c ON c.group_name = l.group_name
+     WHERE l.group_name = _end_silent_holder.group_name AND l.pid IS NOT NULL AND c.lease IS NOT NULL
+       AND greatest(c.confirmed_at, l.since) + c.lease + interval '1 second' < clock_timestamp()
+       AND rendezvous._leader_lock_held(_end_silent_holder.lock_id, l.pid);
+    IF silent IS NULL THEN
+        RETURN false;
+    END IF;
+    RAISE WARNING 'ending the session of group "%"''s leader (pid %): it has not confirmed its term for longer than its lease plus 1 second',
+        _end_silent_holder.group_name, silent;
+    BEGIN
+        RETURN coalesce(pg_terminate_backend(silent, 1000), false);
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE WARNING 'could not end the session of group "%"''s leader (pid %): %', _end_silent_holder.group_name,
+            silent, SQLERRM USING HINT = 'GRANT pg_signal_backend to the role that owns the rendezvous schema.';
+        RETURN false;
+    END;
+END
+$$;
+
+-- Clears this session as the group's holder, tells followers, and gives the lock back.
+CREATE FUNCTION rendezvous._step_down_now(group_name text, lock_id integer) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    UPDATE rendezvous.leaders l SET pid = NULL
+     WHERE l.group_name = _step_down_now.group_name AND l.pid = pg_backend_pid();
+    PERFORM pg_notify('rendezvous_leader', _step_down_now.group_name);
+    RETURN pg_advisory_unlock(rendezvous._leader_lock_key(), _step_down_now.lock_id);
+END
+$$;
+
+CREATE FUNCTION rendezvous.try_lead(
+    group_name text,
+    candidate  text,
+    wait       boolean DEFAULT false,
+    lease      interval DEFAULT NULL
+) RETURNS TABLE (is_leader boolean, leader text, epoch bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    -- Positional: the OUT columns leader and epoch share names with the tables' columns.
+    group_ text := $1;
+    candidate_ text := $2;
+    lease_ interval := $4;
+    lock_id_ integer;
+    key_ integer;
+    rec record;
+    new_epoch bigint;
+BEGIN
+    IF $3 THEN
+        RAISE EXCEPTION 'try_lead(wait => true) is not supported since 0.3.0: a wait inside the call holds a snapshot and a lock on rendezvous.leaders; LISTEN on rendezvous_leader and call try_lead again when it fires (the client does)'
+            USING ERRCODE = '0A000';
+    END IF;
+    PERFORM rendezvous._check_leader_name('group_name', group_);
+    PERFORM rendezvous._check_leader_name('candidate', candidate_);
+    IF lease_ IS NOT NULL THEN
+        PERFORM rendezvous._check_lease(lease_);
+    END IF;
+    IF pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'this server is a standby (in recovery): leadership and firing claims need the primary'
+            USING ERRCODE = '25006';
+    END IF;
+    lock_id_ := rendezvous._leader_lock_id(group_);
+    key_ := rendezvous._leader_lock_key();
+    IF rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) THEN
+        SELECT l.leader AS who, l.pid AS holder, l.epoch AS term,
+               CASE WHEN l.step_down_epoch = l.epoch THEN coalesce(l.step_down_reason, '') END AS step_down
+          INTO rec FROM rendezvous.leaders l WHERE l.group_name = group_;
+        IF rec.holder = pg_backend_pid() THEN
+            IF rec.who IS DISTINCT FROM candidate_ THEN
+                RAISE EXCEPTION 'this session already holds the lock of group "%" for candidate "%": leader claims need a dedicated session (a transaction-mode pooler such as pgbouncer shares one session between clients)',
+                    group_, coalesce(rec.who, '') USING ERRCODE = '55000';
+            END IF;
+            IF rec.step_down IS NOT NULL THEN
+                RAISE WARNING 'stepping down from group "%" (epoch %) at an operator''s request%', group_, rec.term,
+                    CASE WHEN rec.step_down = '' THEN '' ELSE ': ' || rec.step_down END;
+                PERFORM rendezvous._step_down_now(group_, lock_id_);
+                RETURN QUERY SELECT false, NULL::text, rec.term;
+                RETURN;
+            END IF;
+            PERFORM rendezvous._confirm_term(group_, lease_);
+            RETURN QUERY SELECT true, rec.who, rec.term;
+            RETURN;
+        END IF;
+        -- This session holds the lock but the record was rolled back: write it again.
+        new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
+        IF lease_ IS NOT NULL THEN
+            PERFORM rendezvous._confirm_term(group_, lease_);
+        END IF;
+        RETURN QUERY SELECT true, candidate_, new_epoch;
+        RETURN;
+    END IF;
+    -- A holder silent past its lease loses its session, and with it the lock.
+    IF pg_try_advisory_lock(key_, lock_id_)
+       OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_)) THEN
+        new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
+        IF lease_ IS NOT NULL THEN
+            PERFORM rendezvous._confirm_term(group_, lease_);
+        END IF;
+        RETURN QUERY SELECT true, candidate_, new_epoch;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
+END
+$$;
+
+CREATE FUNCTION rendezvous.resign(group_name text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    id integer;
+BEGIN
+    PERFORM rendezvous._check_leader_name('group_name', resign.group_name);
+    SELECT l.lock_id INTO id FROM rendezvous.leaders l WHERE l.group_name = resign.group_name;
+    IF id IS NULL OR NOT rendezvous._leader_lock_held(id, pg_backend_pid()) THEN
+        RETURN false;
+    END IF;
+    RETURN rendezvous._step_down_now(resign.group_name, id);
+END
+$$;
