@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|takeover|replication|scale ...]   (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|takeover|replication|scale|portable ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,7 +12,7 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs takeover replication scale)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs takeover replication scale portable)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
   # `replication` runs fleets on throwaway pairs of its own (scripts/bench_replication.sh).
@@ -21,7 +21,7 @@ main() {
     if [ "$b" = replication ]; then replication=true; else on_cluster+=("$b"); fi
   done
   for b in "${on_cluster[@]}"; do
-    [ "$b" = scale ] || cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"
+    [ "$b" = scale ] || [ "$b" = portable ] || cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"
   done
   log "building the rendezvous command"
   cargo build --quiet -p rendezvous-cli
@@ -48,6 +48,8 @@ on_cluster() {
     # Status, retention and membership costs at growing history, hosts and groups (SQL and the
     # rendezvous command, no cargo bench).
     if [ "$b" = scale ]; then "$ROOT_DIR/scripts/bench_scale.sh"; continue; fi
+    # The portable edition beside the native one, call by call (SQL, no cargo bench).
+    if [ "$b" = portable ]; then "$ROOT_DIR/scripts/bench_portable.sh"; continue; fi
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
     # Admission also in the server, where the client's round trip cannot hide its cost.
     if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench_admission_pgbench.sh"; fi

@@ -8,11 +8,16 @@
 #   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
-#   SCALE_PARTS="status membership"     which parts to run
+#   SCALE_PARTS="status membership retention"  which parts to run
+#   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 # Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
 # hosts / 2 transactions a second for 30 s, 8 clients each going round its eighth of the hosts,
 # so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time)
 # and as a LiveView does (live_members_since); the database's CPU and the ticks served.
+# Retention: admissions (spawn_run at 200 a second from 4 clients) timed before, during and
+# after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
+# (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
+# 0.2.0 could, by purge_runs and purge_firings (one statement each).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
@@ -21,7 +26,8 @@ firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
 host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
-parts=" ${SCALE_PARTS:-status membership} "
+parts=" ${SCALE_PARTS:-status membership retention} "
+retention_rows=${SCALE_RETENTION:-5000000}
 psql_() { "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
 
 # CPU seconds the server has used so far: the postmaster's exited children and the live ones.
@@ -76,7 +82,81 @@ SQL
   done
 }
 
+# Old finished history: half firings completed two days ago, half runs finished eight days
+# ago (past the default retention of a day and a week).
+old_history() {
+  local half=$(($1 / 2))
+  psql_ <<SQL
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder)
+SELECT 'old' || i, 'old', now() - interval '2 days' - i * interval '1 ms', 1, now() - interval '2 days',
+       now() - interval '2 days', now() - interval '2 days', 'h'
+  FROM generate_series(1, $half) i;
+INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, dispatch_key, state, created_at, updated_at)
+SELECT 'old', 'w', '{}', 'old' || i, 'succeeded', now() - interval '8 days', now() - interval '8 days'
+  FROM generate_series(1, $half) i;
+VACUUM ANALYZE rendezvous.firings, rendezvous.runs;
+SQL
+}
+
+# Admissions for $1 seconds at 200 a second: "p50 / p99 / max ms (n)" from pgbench's log.
+admissions() {
+  local dir=$RENDEZVOUS_CLUSTER_DIR/spawn_log
+  rm -rf "$dir" && mkdir -p "$dir"
+  (cd "$dir" && "$(pg_bindir)/pgbench" -n -M prepared -c 4 -j 2 -T "$1" -R 200 -l -f "$spawn_sql" "$DATABASE_URL" \
+    >/dev/null 2>&1)
+  cat "$dir"/pgbench_log.* | awk '{print $3 / 1000}' | sort -n | awk '{v[NR] = $1} END {
+    printf "%.1f / %.1f / %.1f ms (%d)", v[int(NR * 0.5) + 1], v[int(NR * 0.99) + 1], v[NR], NR }'
+}
+
+wal_lsn() { psql_ -At -c "SELECT pg_current_wal_lsn()"; }
+wal_since() { psql_ -At -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$1'))"; }
+
+retention() {
+  spawn_sql=$RENDEZVOUS_CLUSTER_DIR/spawn.sql
+  cat >"$spawn_sql" <<'SQL'
+\set k random(1, 2000000000)
+SELECT rendezvous.spawn_run('bench', 'w', '{}', 'k' || :client_id || '-' || :k);
+SQL
+  echo
+  echo "| $(printf "%'d" "$retention_rows") old finished rows deleted by | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
+  echo "|---|---|---|---|---|---|"
+  # The fleet's way: bounded steps with pauses (as the Scheduler's retention pass runs them).
+  old_history "$retention_rows"
+  local before during after lsn start took steps=$RENDEZVOUS_CLUSTER_DIR/prune.sql
+  before=$(admissions 20)
+  for _ in $(seq $((retention_rows / 2000 + 10))); do
+    echo "SELECT sum(deleted) FROM rendezvous.prune(1000);"
+    echo "SELECT pg_sleep(0.05);"
+  done >"$steps"
+  lsn=$(wal_lsn)
+  start=$(date +%s%N)
+  psql_ -f "$steps" >/dev/null &
+  local pruner=$!
+  # For about as long as the pass takes (a step of 1,000 of each kind and its pause: ~65 ms).
+  during=$(admissions $((retention_rows / 2000 * 65 / 1000 + 1)))
+  wait "$pruner"
+  took=$(( ($(date +%s%N) - start) / 1000000000 ))
+  local wal; wal=$(wal_since "$lsn")
+  after=$(admissions 20)
+  echo "| retention steps (prune(1000) every 50 ms) | $before | $during | $after | $took s | $wal |"
+  # 0.2.0's way: one statement per kind.
+  old_history "$retention_rows"
+  before=$(admissions 20)
+  lsn=$(wal_lsn)
+  start=$(date +%s%N)
+  (sleep 2; psql_ -c "SELECT rendezvous.purge_firings('1 day')" -c "SELECT rendezvous.purge_runs('7 days')" >/dev/null) &
+  pruner=$!
+  during=$(admissions 20)
+  wait "$pruner"
+  took=$(( ($(date +%s%N) - start) / 1000000000 - 2 ))
+  wal=$(wal_since "$lsn")
+  after=$(admissions 20)
+  echo "| purge_firings + purge_runs (one statement each, 0.2.0) | $before | $during (20 s around it) | $after | $took s | $wal |"
+  psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
+}
+
 if [[ $parts == *" membership "* ]]; then membership; fi
+if [[ $parts == *" retention "* ]]; then retention; fi
 [[ $parts == *" status "* ]] || exit 0
 
 # The 0.2.0 reads, as the baseline (views of its install script, in a scratch schema).

@@ -53,7 +53,8 @@ as_root() {
 # Builds the extension for the major of $PG_CONFIG with `cargo pgrx package` (profile $1: dev
 # or release) into target/package-<profile>-pg<major>, the files under the paths pg_config
 # names, and beside its install script the upgrade scripts to this version that sqlgen makes
-# from sql/migrations/ and that install script; prints that directory.
+# from sql/migrations/ and that install script, and in portable/ the portable edition made
+# from it (sqlgen portable); prints that directory.
 package_extension() {
   local flags=() out=$ROOT_DIR/target/package-$1-pg$PG_MAJOR extdir version migration
   [ "$1" = release ] || flags=(--debug)
@@ -69,6 +70,9 @@ package_extension() {
       "$extdir/pg_rendezvous--$version.sql" "$migration" \
       "$extdir/pg_rendezvous--$(basename "$migration")" >&2 || return 1
   done
+  # The portable edition (no library: docs/operations.md), made from this install script.
+  cargo run --quiet -p rendezvous-sqlgen -- portable "$extdir/pg_rendezvous.control" \
+    "$extdir/pg_rendezvous--$version.sql" "$ROOT_DIR/extension/portable" "$out/portable" >&2 || return 1
   echo "$out"
 }
 

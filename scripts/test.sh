@@ -92,6 +92,7 @@ major_leg() {
 on_cluster() {
   log "throwaway PostgreSQL on port $PGPORT (in $RENDEZVOUS_CLUSTER_DIR): $(cluster_psql -d postgres -Atc 'SELECT version()')"
   sql_suites
+  portable_suites
   isolation_specs
   upgrade_test
   integration_tests
@@ -109,6 +110,37 @@ sql_suites() {
   if ! "$(pgxs_dir)/test/regress/pg_regress" --bindir="$(pg_bindir)" --host="$PGHOST" --port="$PGPORT" \
        --user="$PGUSER" --inputdir=pg_test --outputdir="$out" --dbname=rendezvous_regress \
        --load-extension=pg_rendezvous $schedule; then
+    cat "$out/regression.diffs" >&2 || true
+    exit 1
+  fi
+}
+
+# The portable edition (SQL and PL/pgSQL only): installed with psql by a database owner that is
+# not superuser, then the same SQL suites against it (but install, which is about CREATE
+# EXTENSION), expecting the native outputs except where pg_test/portable/expected/ has its own:
+# the differences docs/operations.md lists.
+portable_suites() {
+  local version script out=$RENDEZVOUS_CLUSTER_DIR/portable inputs=$RENDEZVOUS_CLUSTER_DIR/portable_inputs schedule
+  version=$(extension_version)
+  script=$ROOT_DIR/target/package-dev-pg$PG_MAJOR/portable/pg_rendezvous-$version-portable.sql
+  log "the portable edition: $(basename "$script") installed by a database owner, the SQL suites against it"
+  cluster_psql -d postgres -c "CREATE ROLE rendezvous_owner LOGIN CREATEROLE" \
+    -c "CREATE DATABASE rendezvous_portable OWNER rendezvous_owner"
+  cluster_psql -d rendezvous_portable -U rendezvous_owner -f "$script"
+  if [ "$(cluster_psql -d rendezvous_portable -Atc "SELECT count(*) FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_language l ON l.oid = p.prolang
+       WHERE p.pronamespace = 'rendezvous'::regnamespace AND l.lanname NOT IN ('sql', 'plpgsql')")" != 0 ]; then
+    echo "the portable edition made a function in another language than SQL and PL/pgSQL" >&2
+    exit 1
+  fi
+  rm -rf "$inputs" && mkdir -p "$out" && cp -r pg_test "$inputs"
+  cp pg_test/portable/expected/*.out "$inputs/expected/"
+  schedule=$(sed -n 's/^test: *//p' pg_test/schedule | grep -vx install | tr '\n' ' ')
+  if [ "$PG_MAJOR" != "$DEBIAN_PG_MAJOR" ]; then schedule=${schedule/lint /}; fi
+  # shellcheck disable=SC2086 # one argument per suite
+  if ! "$(pgxs_dir)/test/regress/pg_regress" --bindir="$(pg_bindir)" --host="$PGHOST" --port="$PGPORT" \
+       --user="$PGUSER" --inputdir="$inputs" --outputdir="$out" --dbname=rendezvous_portable --use-existing \
+       $schedule; then
     cat "$out/regression.diffs" >&2 || true
     exit 1
   fi

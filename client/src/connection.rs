@@ -7,8 +7,25 @@ use crate::{hrw, replication, sql, Database, Error, Result};
 /// The extension version this client speaks (the workspace version, shared by both).
 pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Checks that `pg_rendezvous` is installed at the version this client expects and that the
-/// server runs the same HRW algorithm; returns the installed version.
+/// What [`check_extension`] found installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Installed {
+    /// The installed version.
+    pub version: String,
+    /// `native` (the extension with its library) or `portable` (SQL and PL/pgSQL only, for
+    /// managed services: docs/operations.md).
+    pub edition: String,
+}
+
+impl std::fmt::Display for Installed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} edition)", self.version, self.edition)
+    }
+}
+
+/// Checks that `pg_rendezvous` is installed, in either edition, at the version this client
+/// expects and that the server runs the same HRW algorithm; returns the version and edition.
 ///
 /// A missing extension is [`Error::ExtensionMissing`], another version
 /// [`Error::VersionMismatch`]; both say what to run.
@@ -17,20 +34,27 @@ pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// # async fn check() -> rendezvous_client::Result<()> {
 /// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
 /// match rendezvous_client::check_extension(&client).await {
-///     Ok(version) => println!("pg_rendezvous {version}"),
+///     Ok(installed) => println!("pg_rendezvous {installed}"), // "0.3.0 (native edition)"
 ///     Err(e) => eprintln!("{e}"), // e.g. "... run `CREATE EXTENSION pg_rendezvous;` ..."
 /// }
 /// # Ok(())
 /// # }
 /// ```
-pub async fn check_extension(client: &impl GenericClient) -> Result<String> {
-    let row = sql::query_opt(client, sql::EXTENSION_VERSION, &[]).await?;
-    let installed: String = match row {
-        Some(row) => row.get(0),
-        None => return Err(Error::ExtensionMissing),
+pub async fn check_extension(client: &impl GenericClient) -> Result<Installed> {
+    let row = sql::query_one(client, sql::EXTENSION_INSTALLED, &[]).await?;
+    let (extversion, has_edition): (Option<String>, bool) = (row.get(0), row.get(1));
+    let installed = match (extversion, has_edition) {
+        // The portable edition installed by psql (no extension row), or 0.3.0 and later.
+        (_, true) => {
+            let row = sql::query_one(client, sql::EDITION, &[]).await?;
+            Installed { edition: row.get(0), version: row.get(1) }
+        }
+        // An extension older than 0.3.0 (no edition() yet): the native one.
+        (Some(version), false) => Installed { version, edition: "native".to_owned() },
+        (None, false) => return Err(Error::ExtensionMissing),
     };
-    if installed != EXTENSION_VERSION {
-        return Err(Error::VersionMismatch { installed, expected: EXTENSION_VERSION.to_owned() });
+    if installed.version != EXTENSION_VERSION {
+        return Err(Error::VersionMismatch { installed: installed.version, expected: EXTENSION_VERSION.to_owned() });
     }
     let algorithm: String = sql::query_one(client, sql::HRW_ALGORITHM, &[]).await?.get(0);
     if algorithm != hrw::ALGORITHM {

@@ -13,7 +13,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The database has no `pg_rendezvous`.
-    #[error("the pg_rendezvous extension is not installed in this database: run `CREATE EXTENSION pg_rendezvous;` as a superuser")]
+    #[error("the pg_rendezvous extension is not installed in this database: run `CREATE EXTENSION pg_rendezvous;` as a superuser (or, where no library can be installed, the portable edition's script: docs/operations.md)")]
     ExtensionMissing,
     /// The installed extension is another version than this client.
     #[error("pg_rendezvous {installed} is installed but this client needs {expected}: run `ALTER EXTENSION pg_rendezvous UPDATE TO '{expected}';` or use a matching client")]

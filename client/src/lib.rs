@@ -87,7 +87,7 @@ pub mod sql;
 
 pub use admission::{spawn_run, Admission};
 pub use background::ShutdownReport;
-pub use connection::{check_extension, connect, connect_as, EXTENSION_VERSION};
+pub use connection::{check_extension, connect, connect_as, Installed, EXTENSION_VERSION};
 pub use database::Database;
 pub use error::{Error, Result, MAX_ID_BYTES};
 pub use firing::{Firing, FiringClaim, FiringState};

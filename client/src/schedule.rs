@@ -1194,7 +1194,8 @@ impl Scheduler {
 /// The scheduling loop's connection, and the wake-ups it listens for.
 struct Control {
     client: Client,
-    /// Announcements of runs that became runnable (when the scheduler has workflows).
+    /// Announcements of runs that became runnable (when the scheduler has workflows) and of
+    /// firings just made (when it has task handlers).
     wakeups: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
 }
 
@@ -1213,6 +1214,9 @@ async fn open_control(shared: &Shared) -> Result<Control> {
     }
     if !shared.workflows.is_empty() {
         client.batch_execute(sql::LISTEN_RUNS).await?;
+    }
+    if !shared.handlers.is_empty() {
+        client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
     Ok(Control { client, wakeups: watched.notifications })
@@ -1323,7 +1327,8 @@ async fn run(shared: Arc<Shared>, first: Control, mut stop: watch::Receiver<bool
                     tokio::select! {
                         _ = tokio::time::sleep_until(next_look.into()) => break,
                         Some(_) = wakeups.recv() => {
-                            // Runs became runnable: look now, once for all announced meanwhile.
+                            // Runs became runnable, or another host made a burst of firings:
+                            // look now, once for all announced meanwhile.
                             while wakeups.try_recv().is_ok() {}
                             break;
                         }

@@ -95,15 +95,6 @@ pub(crate) async fn query_one(
     client.query_typed_one(sql, &typed(sql, params)).await
 }
 
-/// The statement's row, if any (an error for several).
-pub(crate) async fn query_opt(
-    client: &impl GenericClient,
-    sql: &'static str,
-    params: Params<'_>,
-) -> Result<Option<Row>, tokio_postgres::Error> {
-    client.query_typed_opt(sql, &typed(sql, params)).await
-}
-
 /// Runs the statement for its effect (its rows, if any, are dropped).
 pub(crate) async fn execute(
     client: &impl GenericClient,
@@ -114,9 +105,14 @@ pub(crate) async fn execute(
 }
 
 statements! {
-    /// Installed extension version (no row: not installed).
-    EXTENSION_VERSION = "SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'"
-        () -> ("extversion": TEXT);
+    /// The installed extension's version (NULL: no extension, maybe the portable edition
+    /// installed by psql), and whether `rendezvous.edition()` exists (0.3.0 and later).
+    EXTENSION_INSTALLED = "SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'), \
+                                  pg_catalog.to_regprocedure('rendezvous.edition()') IS NOT NULL"
+        () -> ("extversion": TEXT, "?column?": BOOL);
+    /// Which edition is installed, and its version.
+    EDITION = "SELECT edition, version FROM rendezvous.edition()"
+        () -> ("edition": TEXT, "version": TEXT);
     /// The server's HRW algorithm name.
     HRW_ALGORITHM = "SELECT rendezvous.hrw_algorithm()"
         () -> ("hrw_algorithm": TEXT);
@@ -203,6 +199,10 @@ statements! {
         (TEXT_ARRAY) -> ("next_runnable_at": TIMESTAMPTZ);
     /// Wake-ups when a run becomes runnable (spawn, retry, a holder gone, a release).
     LISTEN_RUNS = "LISTEN rendezvous_runs"
+        () -> ();
+    /// Wake-ups when a burst of firings was made (due_firings made some): the hosts waiting
+    /// for them look at once instead of at their next tick.
+    LISTEN_FIRINGS = "LISTEN rendezvous_firings"
         () -> ();
     /// `$1` age in seconds.
     PURGE_RUNS = "SELECT rendezvous.purge_runs(pg_catalog.make_interval(secs => $1::float8))"

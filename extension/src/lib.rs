@@ -45,6 +45,7 @@ fn quiet_backtraces() {
 }
 
 extension_sql_file!("schema.sql", name = "schema_comment", bootstrap);
+extension_sql_file!("edition.sql", name = "edition");
 extension_sql_file!("privileges.sql", name = "privileges", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

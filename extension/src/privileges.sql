@@ -25,6 +25,9 @@ BEGIN
           JOIN pg_catalog.pg_roles m ON m.oid = am.member
          WHERE r.rolname IN ('rendezvous_host', 'rendezvous_observer', 'rendezvous_admin')
            AND am.admin_option AND NOT m.rolsuper
+           -- The installing role itself (the portable edition's owner, who made them here or in
+           -- another of its databases: PostgreSQL 16 gives a CREATEROLE role ADMIN over those).
+           AND m.rolname <> current_user
         UNION ALL
         SELECT format('role %I can log in or has attributes (SUPERUSER, CREATEDB, CREATEROLE, REPLICATION or BYPASSRLS)', r.rolname)
           FROM pg_catalog.pg_roles r

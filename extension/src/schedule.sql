@@ -269,8 +269,11 @@ BEGIN
         SELECT greatest(1, least(1000, max_firings / greatest(count(*), 1)))::integer AS per_task FROM due
     ), planned AS (
         SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
-               EXISTS (SELECT 1 FROM rendezvous.firings f
-                        WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) AS busy
+               -- (Only the skip policy asks: the check costs an index probe a task.)
+               CASE WHEN d.overlap = 'allow' THEN false
+                    ELSE EXISTS (SELECT 1 FROM rendezvous.firings f
+                                  WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL)
+               END AS busy
           FROM due d
           CROSS JOIN share
           CROSS JOIN LATERAL rendezvous._plan_firings(d.schedule, d.time_zone, d.catch_up, d.catch_up_window,
@@ -301,6 +304,11 @@ BEGIN
                                    ELSE tk.last_skip_reason END
       FROM decided d
      WHERE tk.task_id = d.task_id;
+    -- Tasks came due: schedulers waiting for their firings (they skipped the tasks this
+    -- session holds) look again at this commit, not at their next tick.
+    IF FOUND THEN
+        PERFORM pg_catalog.pg_notify('rendezvous_firings', '');
+    END IF;
 END
 $$;
 

@@ -7,8 +7,9 @@ CREATE TEMP VIEW extension_plpgsql AS
            coalesce((SELECT t.tgrelid FROM pg_catalog.pg_trigger t WHERE t.tgfoid = p.oid LIMIT 1), 0)::regclass AS relid,
            (SELECT t.tgoldtable FROM pg_catalog.pg_trigger t WHERE t.tgfoid = p.oid AND t.tgoldtable IS NOT NULL LIMIT 1) AS oldtable
       FROM pg_catalog.pg_proc p
-      JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
-      JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_rendezvous'
+      -- Everything in the schema is the extension's (the portable edition installed by psql
+      -- belongs to no extension).
+      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'rendezvous'
       JOIN pg_catalog.pg_language l ON l.oid = p.prolang AND l.lanname = 'plpgsql';
 SELECT count(*) > 15 AS checks_every_plpgsql_function FROM extension_plpgsql;
 SELECT f.function, c.lineno, c.level, c.sqlstate, c.message

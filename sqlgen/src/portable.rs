@@ -3,11 +3,14 @@
 //! from `extension/portable/*.sql`, so it installs where no library can be loaded.
 //!
 //! Everything else is the native install script itself: one source for tables, views and
-//! the SQL functions. A portable file holds only function definitions: replacements (a C
-//! function's signature), each put in its C function's place, and helpers, all put before the
-//! file's first replacement. Function bodies are checked when called, not when made
-//! (`check_function_bodies` off, as pg_dump does), so definitions may refer to each other in
-//! any order. A C function with no replacement, or a file that replaces none, is an error.
+//! the SQL functions. A portable file holds replacements (a definition with the signature of a
+//! function of the install script: every C function must have one; a SQL function may, where
+//! the editions differ, as `edition()` does), each put in its original's place; helpers (the
+//! other functions), all put before the file's first replacement; and other statements
+//! (REVOKEs of the helpers that write, comments), put after the whole install script. Function
+//! bodies are checked when called, not when made (`check_function_bodies` off, as pg_dump does),
+//! so definitions may refer to each other in any order. `@EXTVERSION@` in a portable file is
+//! the version. A C function with no replacement, or a file that replaces nothing, is an error.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::split::{excerpt, statements, Statement};
@@ -39,41 +42,48 @@ pub fn portable_scripts(
     sources: &[Source],
 ) -> Result<Portable, String> {
     let install = statements(install).map_err(|e| format!("the install script: {e}"))?;
-    let c_functions: HashSet<String> = install
-        .iter()
-        .filter(|s| is_c_function(&s.words()))
-        .map(|s| {
-            function_signature(s).ok_or_else(|| {
+    // Every function of the install script (what a portable definition may replace), and the
+    // C ones (what one must replace).
+    let mut functions: HashSet<String> = HashSet::new();
+    let mut c_functions: HashSet<String> = HashSet::new();
+    for s in &install {
+        let sig = function_signature(s);
+        if is_c_function(&s.words()) {
+            let sig = sig.clone().ok_or_else(|| {
                 format!("a C function whose signature sqlgen cannot read: {}", excerpt(&s.text))
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    // Every portable statement, and where each replacement (a definition of a C function's
-    // signature) is; the other statements are its helpers.
+            })?;
+            c_functions.insert(sig);
+        }
+        functions.extend(sig);
+    }
+    // Every portable function, and where each replacement is; the other functions are helpers.
     let mut files: Vec<Vec<Statement>> = Vec::new();
     let mut replacement: HashMap<String, (usize, usize)> = HashMap::new();
+    let mut after = String::new();
     for (f, source) in sources.iter().enumerate() {
-        let list = statements(&source.text).map_err(|e| format!("{}: {e}", source.name))?;
+        let text = source.text.replace("@EXTVERSION@", version);
+        let (list, others): (Vec<Statement>, Vec<Statement>) = statements(&text)
+            .map_err(|e| format!("{}: {e}", source.name))?
+            .into_iter()
+            .partition(|s| function_signature(s).is_some());
+        for s in others {
+            after.push_str(&s.leading);
+            after.push_str(&s.text);
+            after.push('\n');
+        }
         for (i, s) in list.iter().enumerate() {
-            if function_signature(s).is_none() {
-                return Err(format!(
-                    "{}: only function definitions belong in a portable file: {}",
-                    source.name,
-                    excerpt(&s.text)
-                ));
-            }
-            if let Some(sig) = function_signature(s).filter(|sig| c_functions.contains(sig)) {
+            if let Some(sig) = function_signature(s).filter(|sig| functions.contains(sig)) {
                 if replacement.insert(sig.clone(), (f, i)).is_some() {
                     return Err(format!("{}: {sig} is defined twice in the portable sources", source.name));
                 }
             }
         }
         if !replacement.values().any(|(file, _)| *file == f) {
-            return Err(format!("{}: replaces no C function of the install script", source.name));
+            return Err(format!("{}: replaces no function of the install script", source.name));
         }
         files.push(list);
     }
-    let replaces = |s: &Statement| function_signature(s).is_some_and(|sig| c_functions.contains(&sig));
+    let replaces = |s: &Statement| function_signature(s).is_some_and(|sig| functions.contains(&sig));
     // Whether each file's helpers are out yet.
     let mut helpers_out: Vec<bool> = vec![false; files.len()];
     let mut body = String::new();
@@ -83,8 +93,7 @@ pub fn portable_scripts(
         if statement.text.starts_with('\\') {
             continue;
         }
-        let words = statement.words();
-        if words.starts_with("SELECT PG_CATALOG.PG_EXTENSION_CONFIG_DUMP(") {
+        if statement.words().starts_with("SELECT PG_CATALOG.PG_EXTENSION_CONFIG_DUMP(") {
             // Only an extension script may mark its tables' contents for pg_dump; without
             // the extension they are plain tables, dumped with their contents anyway.
             config_dumps.push_str(&statement.text);
@@ -92,15 +101,16 @@ pub fn portable_scripts(
             body.push_str(&format!("{}@CONFIG_DUMP {}@\n", statement.leading, config_dumps.len()));
             continue;
         }
-        if !is_c_function(&words) {
-            body.push_str(&statement.leading);
-            body.push_str(&statement.text);
-            body.push('\n');
-            continue;
-        }
-        let sig = function_signature(&statement).expect("read above");
-        let Some(&(f, at)) = replacement.get(&sig) else {
-            missing.push(sig);
+        let sig = function_signature(&statement);
+        let Some(&(f, at)) = sig.as_ref().and_then(|sig| replacement.get(sig)) else {
+            match sig.filter(|sig| c_functions.contains(sig)) {
+                Some(sig) => missing.push(sig),
+                None => {
+                    body.push_str(&statement.leading);
+                    body.push_str(&statement.text);
+                    body.push('\n');
+                }
+            }
             continue;
         };
         let helpers = files[f].iter().filter(|s| !helpers_out[f] && !replaces(s));
@@ -118,16 +128,9 @@ pub fn portable_scripts(
             missing.join(", ")
         ));
     }
-    let replaced = replacement.len();
+    body.push_str(&after);
+    let replaced = c_functions.len();
     let psql_body = strip_config_dumps(&body, None);
-    // What the client's check_extension reads to tell the editions apart (and, installed with
-    // psql, the version: there is no pg_extension row then).
-    let edition = format!(
-        "CREATE TABLE {schema}._edition (edition text NOT NULL, version text NOT NULL);\n\
-         COMMENT ON TABLE {schema}._edition IS 'The portable edition of {extension} and its version (the native edition has no such table).';\n\
-         INSERT INTO {schema}._edition VALUES ('portable', '{version}');\n\
-         GRANT SELECT ON {schema}._edition TO PUBLIC;"
-    );
     let tle_body = strip_config_dumps(&body, Some(&config_dumps));
     let psql = format!(
         "-- {extension} {version}, portable edition: the same schema and API as the native extension, in\n\
@@ -139,7 +142,7 @@ pub fn portable_scripts(
          BEGIN;\n\
          SET LOCAL check_function_bodies = off;\n\
          CREATE SCHEMA {schema};\n\
-         {psql_body}\n{edition}\nCOMMIT;\n"
+         {psql_body}\nCOMMIT;\n"
     );
     let tag = "$_pg_rendezvous_portable_$";
     if body.contains(tag) || comment.contains('$') {
@@ -153,7 +156,7 @@ pub fn portable_scripts(
          SELECT pgtle.install_extension('{extension}', '{version}', '{comment}', {tag}\n\
          SET LOCAL check_function_bodies = off;\n\
          CREATE SCHEMA {schema};\n\
-         {tle_body}\n{edition}\n{tag});\n",
+         {tle_body}\n{tag});\n",
         comment = comment.replace('\'', "''")
     );
     Ok(Portable { psql, pg_tle })
@@ -300,15 +303,25 @@ mod tests {
             CREATE TABLE rendezvous.t (a int);\n\
             SELECT pg_catalog.pg_extension_config_dump('rendezvous.t', '');\n\
             CREATE  FUNCTION \"f\"(\"a\" INT) RETURNS INT LANGUAGE c AS 'MODULE_PATHNAME', 'f_wrapper';\n\
+            CREATE FUNCTION rendezvous.edition() RETURNS text LANGUAGE sql AS $$ SELECT 'native' $$;\n\
             CREATE FUNCTION rendezvous.g() RETURNS int LANGUAGE sql AS $$ SELECT rendezvous.f(1) $$;\n";
         let sources = [Source {
             name: "f.sql".into(),
             text: "CREATE FUNCTION rendezvous._helper(a integer) RETURNS integer LANGUAGE sql AS $$ SELECT a $$;\n\
-                   CREATE FUNCTION rendezvous.f(a integer) RETURNS integer LANGUAGE sql AS $$ SELECT rendezvous._helper(a) $$;\n"
+                   CREATE FUNCTION rendezvous.f(a integer) RETURNS integer LANGUAGE sql AS $$ SELECT rendezvous._helper(a) $$;\n\
+                   REVOKE EXECUTE ON FUNCTION rendezvous._helper(integer) FROM PUBLIC;\n\
+                   CREATE FUNCTION rendezvous.edition() RETURNS text LANGUAGE sql AS $$ SELECT 'portable @EXTVERSION@' $$;\n"
                 .into(),
         }];
         let p = portable_scripts("ext", "rendezvous", "1.0", "c", install, &sources).unwrap();
-        let order = ["CREATE TABLE", "_helper(a integer)", "rendezvous.f(a integer)", "rendezvous.g()"];
+        let order = [
+            "CREATE TABLE",
+            "_helper(a integer)",
+            "rendezvous.f(a integer)",
+            "'portable 1.0'",
+            "rendezvous.g()",
+            "REVOKE",
+        ];
         let at: Vec<usize> = order.iter().map(|s| p.psql.find(s).unwrap()).collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{}", p.psql);
         assert!(
@@ -316,6 +329,7 @@ mod tests {
                 && !p.psql.contains("config_dump")
                 && !p.psql.contains("\\echo")
         );
+        assert!(!p.psql.contains("'native'"));
         assert!(p.pg_tle.contains("pg_extension_config_dump('rendezvous.t'"));
         assert!(!p.pg_tle.contains("MODULE_PATHNAME"));
 
@@ -330,6 +344,6 @@ mod tests {
             },
         ];
         let err = portable_scripts("ext", "rendezvous", "1.0", "c", install, &extra).unwrap_err();
-        assert!(err.contains("x.sql: replaces no C function"), "{err}");
+        assert!(err.contains("x.sql: replaces no function"), "{err}");
     }
 }

@@ -45,7 +45,8 @@ pub struct TestDb {
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 impl TestDb {
-    /// A new database `t_<label>_<n>` with `CREATE EXTENSION pg_rendezvous`.
+    /// A new database `t_<label>_<n>` with `CREATE EXTENSION pg_rendezvous` (or the portable
+    /// edition's script named by `RENDEZVOUS_TEST_PORTABLE_SCRIPT`).
     pub async fn new(label: &str) -> TestDb {
         Self::create(label, true).await
     }
@@ -62,11 +63,13 @@ impl TestDb {
         admin.batch_execute(&format!("CREATE DATABASE {name}")).await.expect("create database");
         let url = with_database(&cluster_url(), &name);
         if extension {
-            connect(&url)
-                .await
-                .batch_execute("CREATE EXTENSION pg_rendezvous")
-                .await
-                .expect("create extension");
+            // The portable edition instead, when the run names its script (scripts/test.sh
+            // runs part of the suite against it).
+            let install = match std::env::var("RENDEZVOUS_TEST_PORTABLE_SCRIPT") {
+                Ok(path) => std::fs::read_to_string(&path).expect("read the portable edition's script"),
+                Err(_) => "CREATE EXTENSION pg_rendezvous".to_owned(),
+            };
+            connect(&url).await.batch_execute(&install).await.expect("install pg_rendezvous");
         }
         TestDb { url, name }
     }
