@@ -10,7 +10,9 @@
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
 #      user); install the extension into that major, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
-#      specs), the upgrade test (pg_test/upgrade/) and the Rust integration tests under tests/;
+#      specs), the same suites against the portable edition (installed by a database owner
+#      that is not superuser), the upgrade test (pg_test/upgrade/) and the Rust integration
+#      tests under tests/;
 #      on 15, also the CLI's tests (a short `rendezvous fleet --chaos` that must PASS, the fleet
 #      across a pg_auto_failover failover, TLS, the dashboard)
 # Every cluster it starts is stopped and removed on exit, failure included.
@@ -124,7 +126,10 @@ portable_suites() {
   version=$(extension_version)
   script=$ROOT_DIR/target/package-dev-pg$PG_MAJOR/portable/pg_rendezvous-$version-portable.sql
   log "the portable edition: $(basename "$script") installed by a database owner, the SQL suites against it"
+  # The owner a managed service gives: CREATEROLE, and the grants operations.md recommends
+  # (a claim ends with its holder's session; a silent leader's session can be ended).
   cluster_psql -d postgres -c "CREATE ROLE rendezvous_owner LOGIN CREATEROLE" \
+    -c "GRANT pg_read_all_stats, pg_signal_backend TO rendezvous_owner" \
     -c "CREATE DATABASE rendezvous_portable OWNER rendezvous_owner"
   cluster_psql -d rendezvous_portable -U rendezvous_owner -f "$script"
   if [ "$(cluster_psql -d rendezvous_portable -Atc "SELECT count(*) FROM pg_catalog.pg_proc p
@@ -194,6 +199,8 @@ integration_tests() {
   # the build step made (one package alone would rebuild the shared crates with other features).
   local pkgs=(-p rendezvous-tests -p rendezvous-cli) cli_log=$RENDEZVOUS_CLUSTER_DIR/cli-tests.log cli=""
   export RENDEZVOUS_EXPECT_PG_MAJOR=$PG_MAJOR
+  # The portable edition's script for this major (tests/it/portable.rs installs it).
+  export RENDEZVOUS_PORTABLE_SCRIPT=$ROOT_DIR/target/package-dev-pg$PG_MAJOR/portable/pg_rendezvous-$(extension_version)-portable.sql
   if [ "$PG_MAJOR" = "$DEBIAN_PG_MAJOR" ]; then
     log "integration tests under tests/, beside the CLI's tests (fleets on clusters of their own)"
     # The fleet tests mostly wait out their chaos and failovers: run them beside the

@@ -54,7 +54,10 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<Installed> {
         (None, false) => return Err(Error::ExtensionMissing),
     };
     if installed.version != EXTENSION_VERSION {
-        return Err(Error::VersionMismatch { installed: installed.version, expected: EXTENSION_VERSION.to_owned() });
+        return Err(Error::VersionMismatch {
+            installed: installed.version,
+            expected: EXTENSION_VERSION.to_owned(),
+        });
     }
     let algorithm: String = sql::query_one(client, sql::HRW_ALGORITHM, &[]).await?.get(0);
     if algorithm != hrw::ALGORITHM {

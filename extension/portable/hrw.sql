@@ -59,7 +59,6 @@ DECLARE
     words integer := n / 8;
     m bigint;
     i integer;
-    r integer;
 BEGIN
     FOR w IN 0 .. words LOOP
         IF w < words THEN
@@ -291,7 +290,7 @@ DECLARE
 BEGIN
     PERFORM rendezvous._check_hrw_input(hosts, k);
     IF hosts IS NULL THEN
-        RETURN '{}';
+        RETURN '{}'::text[];
     END IF;
     RETURN rendezvous._hrw_order(kh, ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL), NULL, k);
 END

@@ -6,8 +6,20 @@
 -- fire time in a gap and fires in both occurrences of an overlap). Time zones are
 -- PostgreSQL's own (AT TIME ZONE).
 --
--- A parsed schedule is a record of _cron_parse's OUT columns; every public function parses
--- its schedule (and checks its zone) once a call.
+-- A parsed schedule is a rendezvous._cron_schedule (a type of the portable edition only);
+-- every public function parses its schedule (and checks its zone) once a call.
+
+-- A schedule parsed: `every` seconds for the interval form (the rest NULL), or the cron
+-- fields as value lists (seconds, minutes, hours, months), the day of month's plain values
+-- and modifiers (nW days, L, LW), the day of week's bits per weekday (index 1 = Sunday … 7:
+-- 1 plain, 2..32 the 1st..5th of the month, 64 the last), whether a day field is `*`, the +
+-- (both) rule, and whether the time is fixed (one second, minute and hour, no wildcard or
+-- step: the daylight-saving rules differ).
+CREATE TYPE rendezvous._cron_schedule AS (
+    every bigint, seconds integer[], minutes integer[], hours integer[], dom integer[], dom_closest integer[],
+    dom_last boolean, dom_last_weekday boolean, months integer[], dow integer[], star_dom boolean,
+    star_dow boolean, dom_and_dow boolean, fixed_time boolean
+);
 
 -- One cron field parsed as croner parses it: per value lo..hi its bits (1 plain, 2..32 the
 -- 1st..5th weekday of the month, 64 the last weekday of the month, 128 the weekday nearest
@@ -21,7 +33,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    features integer := CASE kind WHEN 'dom' THEN 1 | 64 | 128 WHEN 'dow' THEN 1 | 62 | 64 ELSE 1 END;
+    -- Every field takes plain values and the last bit (croner's rule); dom also nW, dow #n.
+    features integer := CASE kind WHEN 'dom' THEN 1 | 64 | 128 WHEN 'dow' THEN 1 | 62 | 64 ELSE 1 | 64 END;
     part text;
     clean text;
     pieces text[];
@@ -127,7 +140,8 @@ BEGIN
                 b := a;
             END IF;
             IF features & bit <> bit THEN
-                RAISE EXCEPTION 'Bit % is not supported by the current field.', bit USING ERRCODE = '22023';
+                RAISE EXCEPTION 'Bit 0b% is not supported by the current features 0b%.', bit::bit(8), features::bit(8)
+                    USING ERRCODE = '22023';
             END IF;
             FOR v IN a .. b BY CASE WHEN part LIKE '%/%' THEN step ELSE 1 END LOOP
                 bits[v] := bits[v] | bit;
@@ -135,8 +149,9 @@ BEGIN
         ELSIF part LIKE '%W%' THEN
             -- nW: the weekday nearest day n; LW: the last weekday of the month.
             IF split_part(part, 'W', 1) = 'L' THEN
-                IF features & 192 <> 192 THEN
-                    RAISE EXCEPTION 'Feature LW is not supported by the current field.' USING ERRCODE = '22023';
+                IF features & 128 = 0 THEN
+                    RAISE EXCEPTION 'Feature 0b10000000 is not supported by the current features 0b%.', features::bit(8)
+                        USING ERRCODE = '22023';
                 END IF;
                 enabled := enabled | 64 | 128;
             ELSIF split_part(part, 'W', 1) !~ '^[0-9]{1,5}$' OR split_part(part, 'W', 1)::integer > 65535 THEN
@@ -144,49 +159,40 @@ BEGIN
             ELSIF split_part(part, 'W', 1)::integer NOT BETWEEN lo AND hi THEN
                 RAISE EXCEPTION 'Day for closest weekday out of bounds.' USING ERRCODE = '22023';
             ELSIF features & 128 = 0 THEN
-                RAISE EXCEPTION 'W is not supported by the current field.' USING ERRCODE = '22023';
+                RAISE EXCEPTION 'Bit 0b10000000 is not supported by the current features 0b%.', features::bit(8)
+                    USING ERRCODE = '22023';
             ELSE
                 bits[split_part(part, 'W', 1)::integer] := bits[split_part(part, 'W', 1)::integer] | 128;
             END IF;
         ELSE
-            -- L alone: the last day of the month (a feature; in the day of week it matches nothing).
-            IF features & 64 = 0 THEN
-                RAISE EXCEPTION 'Feature L is not supported by the current field.' USING ERRCODE = '22023';
-            END IF;
+            -- L alone: the last day of the month (a feature the other fields accept and ignore).
             enabled := enabled | 64;
         END IF;
     END LOOP;
 END
 $$;
 
--- A schedule parsed: `every` seconds for the interval form (the rest NULL), or the cron
--- fields as value lists (seconds, minutes, hours, months), the day of month's plain values
--- and modifiers, the day of week's bits per weekday (index 0 = Sunday … 6), whether a
--- wildcard day field was written (`*`), the + (both) rule, and whether the time is fixed (one
--- second, minute and hour, no wildcard or step: the daylight-saving rules differ). Raises
--- 22023 for a schedule that is not valid, with the native edition's messages where it can.
-CREATE FUNCTION rendezvous._cron_parse(schedule text, time_zone text,
-                                       OUT every bigint, OUT seconds integer[], OUT minutes integer[],
-                                       OUT hours integer[], OUT dom integer[], OUT dom_closest integer[],
-                                       OUT dom_last boolean, OUT dom_last_weekday boolean, OUT months integer[],
-                                       OUT dow integer[], OUT star_dom boolean, OUT star_dow boolean,
-                                       OUT dom_and_dow boolean, OUT fixed_time boolean)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+-- A schedule parsed, its zone checked: 22004 for NULL, 22023 for what is not valid, with the
+-- native edition's messages (croner's reasons).
+CREATE FUNCTION rendezvous._cron_parse(schedule text, time_zone text) RETURNS rendezvous._cron_schedule
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    r rendezvous._cron_schedule;
     text_ text;
     lower_ text;
+    rest text;
     p text;
     parts text[];
     n numeric;
     unit_seconds integer;
     f record;
+    bad text;
     fixed_fields integer := 0;
-    nicks text[][] := ARRAY[['-SUN', '-7'], ['SUN', '0'], ['MON', '1'], ['TUE', '2'], ['WED', '3'], ['THU', '4'],
-                            ['FRI', '5'], ['SAT', '6'], ['JAN', '1'], ['FEB', '2'], ['MAR', '3'], ['APR', '4'],
-                            ['MAY', '5'], ['JUN', '6'], ['JUL', '7'], ['AUG', '8'], ['SEP', '9'], ['OCT', '10'],
-                            ['NOV', '11'], ['DEC', '12']];
+    names text[] := ARRAY['-SUN', '-7', 'SUN', '0', 'MON', '1', 'TUE', '2', 'WED', '3', 'THU', '4', 'FRI', '5',
+                          'SAT', '6', 'JAN', '1', 'FEB', '2', 'MAR', '3', 'APR', '4', 'MAY', '5', 'JUN', '6',
+                          'JUL', '7', 'AUG', '8', 'SEP', '9', 'OCT', '10', 'NOV', '11', 'DEC', '12'];
 BEGIN
     IF schedule IS NULL THEN
         RAISE EXCEPTION 'schedule must not be NULL' USING ERRCODE = '22004';
@@ -201,7 +207,8 @@ BEGIN
     END IF;
     lower_ := lower(text_);
     IF lower_ LIKE 'every %' THEN
-        parts := regexp_split_to_array(btrim(substr(lower_, 7), E' \t\n\r\f\v'), E'[ \t\n\r\f\v]+');
+        rest := btrim(substr(lower_, 7), E' \t\n\r\f\v');
+        parts := regexp_split_to_array(rest, E'[ \t\n\r\f\v]+');
         unit_seconds := CASE WHEN cardinality(parts) <> 2 THEN NULL
                              WHEN parts[2] IN ('second', 'seconds', 'sec', 'secs', 's') THEN 1
                              WHEN parts[2] IN ('minute', 'minutes', 'min', 'mins', 'm') THEN 60
@@ -209,16 +216,16 @@ BEGIN
                              WHEN parts[2] IN ('day', 'days', 'd') THEN 86400 END;
         IF unit_seconds IS NULL OR parts[1] !~ '^[+-]?[0-9]{1,19}$' THEN
             RAISE EXCEPTION 'schedule "every %" is not valid: write every <n> seconds|minutes|hours|days, for example every 30 seconds',
-                btrim(substr(lower_, 7), E' \t\n\r\f\v') USING ERRCODE = '22023';
+                rest USING ERRCODE = '22023';
         END IF;
         n := parts[1]::numeric * unit_seconds;
         IF n NOT BETWEEN 1 AND 366 * 86400 THEN
-            RAISE EXCEPTION 'schedule "every %": the interval must be between 1 second and 366 days',
-                btrim(substr(lower_, 7), E' \t\n\r\f\v') USING ERRCODE = '22023';
+            RAISE EXCEPTION 'schedule "every %": the interval must be between 1 second and 366 days', rest
+                USING ERRCODE = '22023';
         END IF;
-        every := n;
+        r.every := n::bigint;
         PERFORM rendezvous._check_zone(time_zone);
-        RETURN;
+        RETURN r;
     END IF;
     IF left(text_, 1) <> '@' AND cardinality(regexp_split_to_array(text_, E'[ \t\n\r\f\v]+')) NOT IN (5, 6) THEN
         RAISE EXCEPTION 'schedule "%" has % fields: a cron schedule has 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)',
@@ -231,53 +238,64 @@ BEGIN
                         WHEN '@WEEKLY' THEN '0 0 * * SUN' WHEN '@DAILY' THEN '0 0 * * *' WHEN '@HOURLY' THEN '0 * * * *'
                         ELSE p END;
         END IF;
-        FOR i IN 1 .. array_length(nicks, 1) LOOP
-            p := replace(p, nicks[i][1], nicks[i][2]);
+        -- Names as croner replaces them: weekdays, then months, anywhere in the text.
+        FOR i IN 1 .. cardinality(names) / 2 LOOP
+            p := replace(p, names[2 * i - 1], names[2 * i]);
         END LOOP;
         parts := regexp_split_to_array(p, E'[ \t\n\r\f\v]+');
         IF cardinality(parts) = 5 THEN
-            parts := '0' || parts;
+            parts := array_prepend('0'::text, parts);
         END IF;
-        IF cardinality(parts) <> 6 THEN
-            RAISE EXCEPTION 'pattern must have between 5 and 7 fields' USING ERRCODE = '22023';
+        IF cardinality(parts) = 6 THEN
+            parts := array_append(parts, '*'::text);
+        END IF;
+        IF cardinality(parts) <> 7 THEN
+            RAISE EXCEPTION 'Invalid pattern: Pattern must have between 5 and 7 fields.' USING ERRCODE = '22023';
         END IF;
         parts[4] := replace(parts[4], '?', '*');
         parts[6] := replace(parts[6], '?', '*');
-        dom_and_dow := left(parts[6], 1) = '+';
-        IF dom_and_dow THEN
+        r.dom_and_dow := left(parts[6], 1) = '+';
+        IF r.dom_and_dow THEN
             parts[6] := substr(parts[6], 2);
         END IF;
-        FOR i IN 1 .. 6 LOOP
-            IF parts[i] !~ (CASE i WHEN 4 THEN '^[*/0-9,LW-]*$' WHEN 6 THEN '^[*/0-9,#L-]*$' ELSE '^[*/0-9,-]*$' END) THEN
-                RAISE EXCEPTION 'illegal character in part ''%''', parts[i] USING ERRCODE = '22023';
+        FOR i IN 1 .. 7 LOOP
+            bad := substring(parts[i] FROM (CASE i WHEN 4 THEN '[^*/0-9,LW?-]' WHEN 6 THEN '[^*/0-9,#L?-]' ELSE '[^*/0-9,-]' END));
+            IF bad IS NOT NULL THEN
+                RAISE EXCEPTION 'Pattern contains illegal characters: CronPattern contains illegal character ''%'' in part ''%''',
+                    bad, parts[i] USING ERRCODE = '22023';
             END IF;
         END LOOP;
-        star_dom := parts[4] = '*';
-        star_dow := parts[6] = '*';
-        f := rendezvous._cron_field(parts[1], 0, 59, 'second');
-        seconds := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
-        fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(seconds) = 1)::integer;
-        f := rendezvous._cron_field(parts[2], 0, 59, 'minute');
-        minutes := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
-        fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(minutes) = 1)::integer;
-        f := rendezvous._cron_field(parts[3], 0, 23, 'hour');
-        hours := ARRAY(SELECT v FROM generate_series(0, 23) v WHERE f.bits[v] & 1 = 1);
-        fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(hours) = 1)::integer;
-        fixed_time := fixed_fields = 3;
-        f := rendezvous._cron_field(parts[4], 1, 31, 'dom');
-        dom := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 1 = 1);
-        dom_closest := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 128 = 128);
-        dom_last := f.enabled & 64 = 64;
-        dom_last_weekday := f.enabled & 128 = 128;
-        f := rendezvous._cron_field(parts[5], 1, 12, 'month');
-        months := ARRAY(SELECT v FROM generate_series(1, 12) v WHERE f.bits[v] & 1 = 1);
-        f := rendezvous._cron_field(parts[6], 0, 7, 'dow');
-        -- 7 is Sunday too.
-        dow := ARRAY(SELECT f.bits[v] | CASE WHEN v = 0 THEN f.bits[7] ELSE 0 END FROM generate_series(0, 6) v);
+        r.star_dom := parts[4] = '*';
+        r.star_dow := parts[6] = '*';
+        BEGIN
+            f := rendezvous._cron_field(parts[1], 0, 59, 'second');
+            r.seconds := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
+            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.seconds) = 1)::integer;
+            f := rendezvous._cron_field(parts[2], 0, 59, 'minute');
+            r.minutes := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
+            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.minutes) = 1)::integer;
+            f := rendezvous._cron_field(parts[3], 0, 23, 'hour');
+            r.hours := ARRAY(SELECT v FROM generate_series(0, 23) v WHERE f.bits[v] & 1 = 1);
+            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.hours) = 1)::integer;
+            r.fixed_time := fixed_fields = 3;
+            f := rendezvous._cron_field(parts[4], 1, 31, 'dom');
+            r.dom := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 1 = 1);
+            r.dom_closest := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 128 = 128);
+            r.dom_last := f.enabled & 64 = 64;
+            r.dom_last_weekday := f.enabled & 128 = 128;
+            f := rendezvous._cron_field(parts[5], 1, 12, 'month');
+            r.months := ARRAY(SELECT v FROM generate_series(1, 12) v WHERE f.bits[v] & 1 = 1);
+            f := rendezvous._cron_field(parts[6], 0, 7, 'dow');
+            -- 7 is Sunday too.
+            r.dow := ARRAY(SELECT f.bits[v] | CASE WHEN v = 0 THEN f.bits[7] ELSE 0 END FROM generate_series(0, 6) v);
+        EXCEPTION WHEN SQLSTATE '22023' THEN
+            RAISE EXCEPTION 'Component error: %', SQLERRM USING ERRCODE = '22023';
+        END;
     EXCEPTION WHEN SQLSTATE '22023' THEN
         RAISE EXCEPTION 'schedule "%" is not valid: %', text_, SQLERRM USING ERRCODE = '22023';
     END;
     PERFORM rendezvous._check_zone(time_zone);
+    RETURN r;
 END
 $$;
 
@@ -290,9 +308,9 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    day_ integer := extract(day FROM d);
-    weekday integer := extract(dow FROM d);
-    month_length integer := extract(day FROM (date_trunc('month', d) + interval '1 month - 1 day'));
+    day_ integer := extract(day FROM d)::integer;
+    weekday integer := extract(dow FROM d)::integer;
+    month_length integer := extract(day FROM (date_trunc('month', d) + interval '1 month - 1 day'))::integer;
     last_wd integer;
     day_matches boolean;
     dow_matches boolean := false;
@@ -343,7 +361,7 @@ $$;
 -- Whether a pattern can match nothing: a field with no value, or day-of-month values only
 -- (no day of week) none of which any of its months has (0 0 30 2 *). Spares a search to the
 -- year 5000.
-CREATE FUNCTION rendezvous._cron_never(s record) RETURNS boolean
+CREATE FUNCTION rendezvous._cron_never(s rendezvous._cron_schedule) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -359,7 +377,7 @@ $$;
 -- The first wall-clock time at or after local (whole seconds) whose fields all match, forward
 -- (back = false), or the last at or before it (back = true); NULL past the year 5000 or
 -- before the year 1.
-CREATE FUNCTION rendezvous._cron_local(s record, local timestamp, back boolean) RETURNS timestamp
+CREATE FUNCTION rendezvous._cron_local(s rendezvous._cron_schedule, local timestamp, back boolean) RETURNS timestamp
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -437,6 +455,7 @@ BEGIN
             t := 86399;
         END IF;
     END LOOP;
+    RETURN NULL;   -- (the loop only ends by returning)
 END
 $$;
 
@@ -482,7 +501,7 @@ $$;
 -- A fixed-time schedule takes the first instant after a gap its time falls into (if that day
 -- still matches) and the earlier of an overlap's two; any other schedule skips gaps and takes
 -- both of an overlap's instants, the earlier first.
-CREATE FUNCTION rendezvous._cron_walk(s record, zone text, local timestamp, origin timestamptz) RETURNS timestamptz
+CREATE FUNCTION rendezvous._cron_walk(s rendezvous._cron_schedule, zone text, local timestamp, origin timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -519,12 +538,13 @@ BEGIN
         END IF;
         local := local + interval '1 second';
     END LOOP;
+    RETURN NULL;   -- (the loop only ends by returning)
 END
 $$;
 
 -- The first fire time strictly after `after` of a parsed schedule in a zone (NULL: none
 -- before the year 5000); with back, the last at or before it.
-CREATE FUNCTION rendezvous._cron_next(s record, zone text, after timestamptz, back boolean DEFAULT false)
+CREATE FUNCTION rendezvous._cron_next(s rendezvous._cron_schedule, zone text, after timestamptz, back boolean DEFAULT false)
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -542,7 +562,7 @@ DECLARE
     t bigint;
 BEGIN
     IF s.every IS NOT NULL THEN
-        t := floor(extract(epoch FROM after));
+        t := floor(extract(epoch FROM after))::bigint;
         t := t - ((t % s.every) + s.every) % s.every;
         RETURN to_timestamp(CASE WHEN back THEN t ELSE t + s.every END);
     END IF;
@@ -587,6 +607,7 @@ BEGIN
         END LOOP;
         local := local - interval '1 second';
     END LOOP;
+    RETURN NULL;   -- (the loop only ends by returning)
 END
 $$;
 
@@ -607,6 +628,16 @@ BEGIN
         RAISE EXCEPTION 'unknown time zone "%" (use an IANA name such as Europe/Berlin)', time_zone USING ERRCODE = '22023';
     END;
 END
+$$;
+
+-- An instant as the native edition's messages print it: RFC 3339 in UTC, the fraction of a
+-- second only when there is one (2026-01-01T00:00:00Z, 2026-01-01T00:00:00.25Z).
+CREATE FUNCTION rendezvous._rfc3339(at timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+           || coalesce('.' || nullif(rtrim(to_char(at AT TIME ZONE 'UTC', 'US'), '0'), ''), '') || 'Z'
 $$;
 
 -- A bound of a schedule call: finite and within the years schedules cover.
@@ -631,7 +662,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record := rendezvous._cron_parse(schedule, time_zone);
+    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
     cursor_ timestamptz := rendezvous._schedule_bound('after', after);
     until_ timestamptz := rendezvous._schedule_bound('until', until);
     found_ integer := 0;
@@ -641,8 +672,8 @@ BEGIN
         EXIT WHEN cursor_ IS NULL OR cursor_ > until_;
         found_ := found_ + 1;
         IF found_ > 100000 THEN
-            RAISE EXCEPTION 'more than 100000 fire times between % and %; ask for a shorter range', after, until
-                USING ERRCODE = '54000';
+            RAISE EXCEPTION 'more than 100000 fire times between % and %; ask for a shorter range',
+                rendezvous._rfc3339(after), rendezvous._rfc3339(until) USING ERRCODE = '54000';
         END IF;
         RETURN NEXT cursor_;
     END LOOP;
@@ -655,7 +686,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record := rendezvous._cron_parse(schedule, time_zone);
+    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
     next_ timestamptz := rendezvous._cron_next(s, time_zone, rendezvous._schedule_bound('after', after));
 BEGIN
     IF next_ IS NULL THEN
@@ -679,29 +710,29 @@ $$;
 
 -- One task's catch-up decision (schedule.rs's plan): of the fire times in [from, now], which
 -- become firings now, how many are skipped, and the next fire time after this pass.
-CREATE FUNCTION rendezvous._plan_firings(schedule text, time_zone text, catch_up text, "window" interval,
-                                         "from" timestamp with time zone, now timestamp with time zone,
-                                         max_run integer)
+CREATE FUNCTION rendezvous._plan_task(schedule text, time_zone text, catch_up text, catch_up_window interval,
+                                      from_ timestamp with time zone, now_ timestamp with time zone, max_run integer)
 RETURNS TABLE (run_at timestamp with time zone[], skipped bigint, next_fire_at timestamp with time zone)
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s record := rendezvous._cron_parse(schedule, time_zone);
-    from_ timestamptz := rendezvous._schedule_bound('from', "from");
-    now_ timestamptz := rendezvous._schedule_bound('now', now);
-    window_start timestamptz := now_ - "window";
+    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
+    window_start timestamptz;
     just_before_from timestamptz := from_ - interval '1 microsecond';
     first_ timestamptz;
     cursor_ timestamptz;
-    run timestamptz[] := '{}';
+    run timestamptz[] := '{}'::timestamptz[];
     more boolean := false;
-    due bigint := 0;
+    due bigint := 0::bigint;
     latest timestamptz;
     next_ timestamptz;
-    skipped_ bigint := 0;
+    skipped_ bigint := 0::bigint;
     limit_ integer := least(greatest(coalesce(max_run, 1), 1), 1000);
 BEGIN
+    PERFORM rendezvous._schedule_bound('from', from_);
+    PERFORM rendezvous._schedule_bound('now', now_);
+    window_start := now_ - catch_up_window;
     IF catch_up = 'all' THEN
         first_ := greatest(window_start, just_before_from);
         cursor_ := first_;
@@ -757,6 +788,16 @@ BEGIN
     END IF;
 END
 $$;
+
+-- _plan_task under the native declaration's names (window and from are keywords, which
+-- PL/pgSQL code does better without).
+CREATE FUNCTION rendezvous._plan_firings(schedule text, time_zone text, catch_up text, "window" interval,
+                                         "from" timestamp with time zone, now timestamp with time zone,
+                                         max_run integer)
+RETURNS TABLE (run_at timestamp with time zone[], skipped bigint, next_fire_at timestamp with time zone)
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM rendezvous._plan_task($1, $2, $3, $4, $5, $6, $7) $$;
 
 -- `every <n> seconds` for an interval (months and fractions of a second refused).
 CREATE FUNCTION rendezvous.every("interval" interval) RETURNS text

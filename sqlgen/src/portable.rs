@@ -6,7 +6,7 @@
 //! the SQL functions. A portable file holds replacements (a definition with the signature of a
 //! function of the install script: every C function must have one; a SQL function may, where
 //! the editions differ, as `edition()` does), each put in its original's place; helpers (the
-//! other functions), all put before the file's first replacement; and other statements
+//! other functions, and types), all put before the file's first replacement; and other statements
 //! (REVOKEs of the helpers that write, comments), put after the whole install script. Function
 //! bodies are checked when called, not when made (`check_function_bodies` off, as pg_dump does),
 //! so definitions may refer to each other in any order. `@EXTVERSION@` in a portable file is
@@ -65,7 +65,7 @@ pub fn portable_scripts(
         let (list, others): (Vec<Statement>, Vec<Statement>) = statements(&text)
             .map_err(|e| format!("{}: {e}", source.name))?
             .into_iter()
-            .partition(|s| function_signature(s).is_some());
+            .partition(|s| function_signature(s).is_some() || s.words().starts_with("CREATE TYPE "));
         for s in others {
             after.push_str(&s.leading);
             after.push_str(&s.text);

@@ -8,6 +8,7 @@ mod hrw;
 mod leader;
 mod membership;
 mod pool;
+mod portable;
 mod retention;
 mod roles;
 mod runs;
