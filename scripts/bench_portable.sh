@@ -22,7 +22,7 @@ cluster_psql -d postgres -c "CREATE ROLE rendezvous_owner LOGIN CREATEROLE" \
   -c "CREATE DATABASE rendezvous_portable OWNER rendezvous_owner" >/dev/null
 cluster_psql -d rendezvous_portable -U rendezvous_owner -f "$script" >/dev/null
 native=$DATABASE_URL
-portable=$(echo "$DATABASE_URL" | sed 's|/postgres\([?]\|$\)|/rendezvous_portable\1|')
+portable=$(echo "$DATABASE_URL" | sed 's|/postgres$|/rendezvous_portable|')
 
 # The same state in both: 100 per-minute tasks (none due), nothing else.
 for url in "$native" "$portable"; do
@@ -43,8 +43,8 @@ SELECT rendezvous.spawn_run('bench', 'w', '{}', 'k' || :client_id || '-' || :k);
 SQL
 cat >"$work/claim.sql" <<'SQL'
 \set k random(1, 2000000000)
-SELECT (rendezvous.claim_firing('bench-' || :client_id || '-' || :k, now() - interval '1 second', 'host')).token AS token \gset
-SELECT rendezvous.complete_firing('bench-' || :client_id || '-' || :k, now() - interval '1 second', :token);
+SELECT (rendezvous.claim_firing('bench-' || :client_id || '-' || :k, '2026-01-01 00:00:00+00', 'host')).token AS token \gset
+SELECT rendezvous.complete_firing('bench-' || :client_id || '-' || :k, '2026-01-01 00:00:00+00', :token);
 SQL
 cat >"$work/due.sql" <<'SQL'
 SELECT count(*) FROM rendezvous.due_firings();
@@ -68,9 +68,9 @@ echo "Each hot call in both editions (pgbench, prepared, ${seconds} s each, Post
 echo
 echo "| call | clients | native calls/s (latency) | portable calls/s (latency) | portable / native |"
 echo "|---|---:|---:|---:|---:|"
-for case in "winner over 100 hosts:winner100:1" "winner over 1,000 hosts:winner1000:1" "spawn_run:spawn:4" \
-            "claim_firing + complete_firing:claim:4" "due_firings (100 tasks, none due):due:1" \
-            "try_lead by the holder:lead:4"; do
+for case in "winner over 100 hosts:winner100:1" "winner over 1,000 hosts:winner1000:1" \
+            "due_firings (100 tasks, none due):due:1" "spawn_run:spawn:4" \
+            "claim_firing + complete_firing:claim:4" "try_lead by the holder:lead:4"; do
   IFS=: read -r label file clients <<<"$case"
   read -r n_tps n_lat <<<"$(rate "$native" "$file" "$clients")"
   read -r p_tps p_lat <<<"$(rate "$portable" "$file" "$clients")"
