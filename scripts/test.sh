@@ -149,6 +149,44 @@ portable_suites() {
     cat "$out/regression.diffs" >&2 || true
     exit 1
   fi
+  # Its own helpers that write are the owner's alone: a host cannot record a term without the lock.
+  cluster_psql -d postgres -c "CREATE ROLE rendezvous_portable_host LOGIN IN ROLE rendezvous_host"
+  local refused
+  refused=$(cluster_psql -d rendezvous_portable -U rendezvous_portable_host \
+              -c "SELECT rendezvous._record_new_term('g', 'intruder', 1)" 2>&1 || true)
+  if [[ $refused != *"permission denied for function _record_new_term"* ]]; then
+    echo "a member of rendezvous_host calling the portable edition's _record_new_term was not refused: $refused" >&2
+    exit 1
+  fi
+  pg_tle_form "${script%-portable.sql}-pg_tle.sql"
+}
+
+# The pg_tle form as pg_tle runs it: its content as the script of an extension that the owner
+# (not superuser) creates, `superuser = false` as pg_tle's are (pg_tle itself is not packaged
+# for this machine). Under another name, beside the native extension; removed afterwards.
+pg_tle_form() {
+  local extdir name=rendezvous_pg_tle_form version got status=0
+  extdir=$("$PG_CONFIG" --sharedir)/extension
+  version=$(extension_version)
+  log "the portable edition's pg_tle form: CREATE EXTENSION by the database owner"
+  awk '/^SELECT pgtle.install_extension/ {inside = 1; next} /^\$_pg_rendezvous_portable_\$\);$/ {inside = 0} inside' "$1" \
+    >"$RENDEZVOUS_CLUSTER_DIR/$name--$version.sql"
+  printf "comment = 'pg_rendezvous, portable edition, as pg_tle installs it'\ndefault_version = '%s'\nrelocatable = false\nsuperuser = false\n" \
+    "$version" >"$RENDEZVOUS_CLUSTER_DIR/$name.control"
+  as_root install -m 0644 "$RENDEZVOUS_CLUSTER_DIR/$name.control" "$RENDEZVOUS_CLUSTER_DIR/$name--$version.sql" "$extdir/"
+  got=$(cluster_psql -d postgres -c "CREATE DATABASE rendezvous_pg_tle OWNER rendezvous_owner" \
+        && cluster_psql -d rendezvous_pg_tle -U rendezvous_owner -c "CREATE EXTENSION $name" \
+        && cluster_psql -d rendezvous_pg_tle -U rendezvous_owner -Atc "
+    SELECT (SELECT edition || ' ' || version FROM rendezvous.edition()) || ', '
+           || (SELECT count(*) FROM pg_catalog.pg_extension e, unnest(e.extconfig) c WHERE e.extname = '$name')
+           || ' tables dumped with their rows, leader ' || (SELECT t.is_leader FROM rendezvous.try_lead('g', 'me') t)
+           || ', winner ' || rendezvous.winner('k', ARRAY['a', 'b'])" 2>&1) || status=$?
+  cluster_psql -d rendezvous_pg_tle -U rendezvous_owner -c "DROP EXTENSION IF EXISTS $name CASCADE" >/dev/null 2>&1 || true
+  as_root rm -f "$extdir/$name.control" "$extdir/$name--$version.sql"
+  if [ "$status" != 0 ] || [ "${got##*$'\n'}" != "portable $version, 8 tables dumped with their rows, leader true, winner b" ]; then
+    echo "the pg_tle form installed as an extension answered: $got" >&2
+    exit 1
+  fi
 }
 
 isolation_specs() {

@@ -184,25 +184,18 @@ BEGIN
             RETURN QUERY SELECT true, rec.who, rec.term;
             RETURN;
         END IF;
-        -- This session holds the lock but the record was rolled back: write it again.
-        new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
-        IF lease_ IS NOT NULL THEN
-            PERFORM rendezvous._confirm_term(group_, lease_);
-        END IF;
-        RETURN QUERY SELECT true, candidate_, new_epoch;
+        -- This session holds the lock but the record was rolled back: a new term below.
+    ELSIF NOT (pg_try_advisory_lock(key_, lock_id_)
+               -- A holder silent past its lease loses its session, and with it the lock.
+               OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_))) THEN
+        RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
         RETURN;
     END IF;
-    -- A holder silent past its lease loses its session, and with it the lock.
-    IF pg_try_advisory_lock(key_, lock_id_)
-       OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_)) THEN
-        new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
-        IF lease_ IS NOT NULL THEN
-            PERFORM rendezvous._confirm_term(group_, lease_);
-        END IF;
-        RETURN QUERY SELECT true, candidate_, new_epoch;
-        RETURN;
+    new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
+    IF lease_ IS NOT NULL THEN
+        PERFORM rendezvous._confirm_term(group_, lease_);
     END IF;
-    RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
+    RETURN QUERY SELECT true, candidate_, new_epoch;
 END
 $$;
 
@@ -222,3 +215,8 @@ BEGIN
     RETURN rendezvous._step_down_now(resign.group_name, id);
 END
 $$;
+
+-- The helpers that write run only inside try_lead and resign (as the owner): nobody calls them
+-- directly, or a term could be recorded without the lock.
+REVOKE EXECUTE ON FUNCTION rendezvous._confirm_term(text, interval), rendezvous._record_new_term(text, text, integer),
+    rendezvous._end_silent_holder(text, integer), rendezvous._step_down_now(text, integer) FROM PUBLIC;
