@@ -18,7 +18,7 @@
 CREATE TYPE rendezvous._cron_schedule AS (
     every bigint, seconds integer[], minutes integer[], hours integer[], dom integer[], dom_closest integer[],
     dom_last boolean, dom_last_weekday boolean, months integer[], dow integer[], star_dom boolean,
-    star_dow boolean, dom_and_dow boolean, fixed_time boolean
+    star_dow boolean, dom_and_dow boolean, fixed_time boolean, never boolean
 );
 
 -- One cron field parsed as croner parses it: per value lo..hi its bits (1 plain, 2..32 the
@@ -26,7 +26,7 @@ CREATE TYPE rendezvous._cron_schedule AS (
 -- that day), the field's enabled features (64 L, 128 with 64: LW), whether it was written
 -- with a wildcard, and its last step. Which bits and features a field takes depends on kind
 -- (dom: 64 and 128; dow: 2..64; the others none). Raises 22023 with the reason.
-CREATE FUNCTION rendezvous._cron_field(field text, lo integer, hi integer, kind text,
+CREATE FUNCTION rendezvous._cron_field(field text, lo integer, hi integer, kind text, prefix text,
                                        OUT bits integer[], OUT enabled integer, OUT from_wildcard boolean,
                                        OUT step integer)
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
@@ -48,9 +48,7 @@ BEGIN
     step := 1;
     IF field = '*' THEN
         from_wildcard := true;
-        FOR v IN lo .. hi LOOP
-            bits[v] := 1;
-        END LOOP;
+        bits := array_fill(1, ARRAY[hi - lo + 1], ARRAY[lo]);
         RETURN;
     END IF;
     FOREACH part IN ARRAY string_to_array(field, ',') LOOP
@@ -62,9 +60,9 @@ BEGIN
                     part := replace(part, 'L', '#L');
                 END IF;
                 IF part LIKE '%#%' AND features & 62 = 0 THEN
-                    RAISE EXCEPTION 'Nth specifier # not allowed in the current field.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Nth specifier # not allowed in the current field.', prefix USING ERRCODE = '22023';
                 ELSIF part LIKE '%L%' AND features & 62 = 0 THEN
-                    RAISE EXCEPTION 'L not allowed in the current field.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%L not allowed in the current field.', prefix USING ERRCODE = '22023';
                 END IF;
             END IF;
             -- The bit the values take: the last (…L), the nth (…#n), or plain.
@@ -72,9 +70,9 @@ BEGIN
                 bit := 64;
             ELSIF part LIKE '%#%' THEN
                 IF substr(part, strpos(part, '#') + 1) !~ '^[0-9]{1,3}$' OR substr(part, strpos(part, '#') + 1)::integer > 255 THEN
-                    RAISE EXCEPTION 'Invalid nth specifier.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid nth specifier.', prefix USING ERRCODE = '22023';
                 ELSIF substr(part, strpos(part, '#') + 1)::integer NOT BETWEEN 1 AND 5 THEN
-                    RAISE EXCEPTION 'Nth specifier out of bounds.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Nth specifier out of bounds.', prefix USING ERRCODE = '22023';
                 END IF;
                 bit := 1 << substr(part, strpos(part, '#') + 1)::integer;
             ELSE
@@ -84,13 +82,13 @@ BEGIN
             IF part LIKE '%/%' THEN
                 pieces := string_to_array(clean, '/');
                 IF cardinality(pieces) <> 2 THEN
-                    RAISE EXCEPTION 'Invalid stepped range syntax.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid stepped range syntax.', prefix USING ERRCODE = '22023';
                 ELSIF pieces[2] !~ '^[0-9]{1,5}$' OR pieces[2]::integer > 65535 THEN
-                    RAISE EXCEPTION 'Invalid step.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid step.', prefix USING ERRCODE = '22023';
                 END IF;
                 step := pieces[2]::integer;
                 IF step = 0 THEN
-                    RAISE EXCEPTION 'Step cannot be zero.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Step cannot be zero.', prefix USING ERRCODE = '22023';
                 END IF;
                 IF pieces[1] = '*' THEN
                     from_wildcard := true;
@@ -98,49 +96,49 @@ BEGIN
                     b := hi;
                 ELSIF pieces[1] LIKE '%-%' THEN
                     IF cardinality(string_to_array(pieces[1], '-')) <> 2 THEN
-                        RAISE EXCEPTION 'Invalid range syntax in stepping.' USING ERRCODE = '22023';
+                        RAISE EXCEPTION '%Invalid range syntax in stepping.', prefix USING ERRCODE = '22023';
                     ELSIF split_part(pieces[1], '-', 1) !~ '^[0-9]{1,5}$' OR split_part(pieces[1], '-', 1)::integer > 65535 THEN
-                        RAISE EXCEPTION 'Invalid range start.' USING ERRCODE = '22023';
+                        RAISE EXCEPTION '%Invalid range start.', prefix USING ERRCODE = '22023';
                     ELSIF split_part(pieces[1], '-', 2) !~ '^[0-9]{1,5}$' OR split_part(pieces[1], '-', 2)::integer > 65535 THEN
-                        RAISE EXCEPTION 'Invalid range end.' USING ERRCODE = '22023';
+                        RAISE EXCEPTION '%Invalid range end.', prefix USING ERRCODE = '22023';
                     END IF;
                     a := split_part(pieces[1], '-', 1)::integer;
                     b := split_part(pieces[1], '-', 2)::integer;
                 ELSIF pieces[1] = '' THEN
-                    RAISE EXCEPTION 'Invalid step syntax: omitting the starting point like "/%" is not allowed. Use "*/%" for wildcard steps or "X-Y/%" for range steps.',
+                    RAISE EXCEPTION '%Invalid step syntax: omitting the starting point like "/%" is not allowed. Use "*/%" for wildcard steps or "X-Y/%" for range steps.', prefix,
                         pieces[2], pieces[2], pieces[2] USING ERRCODE = '22023';
                 ELSE
-                    RAISE EXCEPTION 'Invalid step syntax: single number steps like "%/%" are not allowed. Use "*/%" for wildcard steps or "X-Y/%" for range steps.',
+                    RAISE EXCEPTION '%Invalid step syntax: single number steps like "%/%" are not allowed. Use "*/%" for wildcard steps or "X-Y/%" for range steps.', prefix,
                         pieces[1], pieces[2], pieces[2], pieces[2] USING ERRCODE = '22023';
                 END IF;
                 IF a < lo OR b > hi OR a > b THEN
-                    RAISE EXCEPTION 'Range is out of bounds in stepping.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Range is out of bounds in stepping.', prefix USING ERRCODE = '22023';
                 END IF;
             ELSIF part LIKE '%-%' THEN
                 pieces := string_to_array(clean, '-');
                 IF cardinality(pieces) <> 2 THEN
-                    RAISE EXCEPTION 'Invalid range syntax.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid range syntax.', prefix USING ERRCODE = '22023';
                 ELSIF pieces[1] !~ '^[0-9]{1,5}$' OR pieces[1]::integer > 65535 THEN
-                    RAISE EXCEPTION 'Invalid start of range.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid start of range.', prefix USING ERRCODE = '22023';
                 ELSIF pieces[2] !~ '^[0-9]{1,5}$' OR pieces[2]::integer > 65535 THEN
-                    RAISE EXCEPTION 'Invalid end of range.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid end of range.', prefix USING ERRCODE = '22023';
                 END IF;
                 a := pieces[1]::integer;
                 b := pieces[2]::integer;
                 IF a > b OR a < lo OR b > hi THEN
-                    RAISE EXCEPTION 'Range out of bounds.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Range out of bounds.', prefix USING ERRCODE = '22023';
                 END IF;
             ELSE
                 IF clean !~ '^[0-9]{1,5}$' OR clean::integer > 65535 THEN
-                    RAISE EXCEPTION 'Invalid number.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Invalid number.', prefix USING ERRCODE = '22023';
                 ELSIF clean::integer NOT BETWEEN lo AND hi THEN
-                    RAISE EXCEPTION 'Number out of bounds.' USING ERRCODE = '22023';
+                    RAISE EXCEPTION '%Number out of bounds.', prefix USING ERRCODE = '22023';
                 END IF;
                 a := clean::integer;
                 b := a;
             END IF;
             IF features & bit <> bit THEN
-                RAISE EXCEPTION 'Bit 0b% is not supported by the current features 0b%.', bit::bit(8), features::bit(8)
+                RAISE EXCEPTION '%Bit 0b% is not supported by the current features 0b%.', prefix, bit::bit(8), features::bit(8)
                     USING ERRCODE = '22023';
             END IF;
             FOR v IN a .. b BY CASE WHEN part LIKE '%/%' THEN step ELSE 1 END LOOP
@@ -150,16 +148,16 @@ BEGIN
             -- nW: the weekday nearest day n; LW: the last weekday of the month.
             IF split_part(part, 'W', 1) = 'L' THEN
                 IF features & 128 = 0 THEN
-                    RAISE EXCEPTION 'Feature 0b10000000 is not supported by the current features 0b%.', features::bit(8)
+                    RAISE EXCEPTION '%Feature 0b10000000 is not supported by the current features 0b%.', prefix, features::bit(8)
                         USING ERRCODE = '22023';
                 END IF;
                 enabled := enabled | 64 | 128;
             ELSIF split_part(part, 'W', 1) !~ '^[0-9]{1,5}$' OR split_part(part, 'W', 1)::integer > 65535 THEN
-                RAISE EXCEPTION 'Invalid day for closest weekday.' USING ERRCODE = '22023';
+                RAISE EXCEPTION '%Invalid day for closest weekday.', prefix USING ERRCODE = '22023';
             ELSIF split_part(part, 'W', 1)::integer NOT BETWEEN lo AND hi THEN
-                RAISE EXCEPTION 'Day for closest weekday out of bounds.' USING ERRCODE = '22023';
+                RAISE EXCEPTION '%Day for closest weekday out of bounds.', prefix USING ERRCODE = '22023';
             ELSIF features & 128 = 0 THEN
-                RAISE EXCEPTION 'Bit 0b10000000 is not supported by the current features 0b%.', features::bit(8)
+                RAISE EXCEPTION '%Bit 0b10000000 is not supported by the current features 0b%.', prefix, features::bit(8)
                     USING ERRCODE = '22023';
             ELSE
                 bits[split_part(part, 'W', 1)::integer] := bits[split_part(part, 'W', 1)::integer] | 128;
@@ -190,6 +188,7 @@ DECLARE
     f record;
     bad text;
     fixed_fields integer := 0;
+    prefix text;
     names text[] := ARRAY['-SUN', '-7', 'SUN', '0', 'MON', '1', 'TUE', '2', 'WED', '3', 'THU', '4', 'FRI', '5',
                           'SAT', '6', 'JAN', '1', 'FEB', '2', 'MAR', '3', 'APR', '4', 'MAY', '5', 'JUN', '6',
                           'JUL', '7', 'AUG', '8', 'SEP', '9', 'OCT', '10', 'NOV', '11', 'DEC', '12'];
@@ -231,71 +230,89 @@ BEGIN
         RAISE EXCEPTION 'schedule "%" has % fields: a cron schedule has 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)',
             text_, cardinality(regexp_split_to_array(text_, E'[ \t\n\r\f\v]+')) USING ERRCODE = '22023';
     END IF;
-    BEGIN
-        p := upper(text_);
-        IF p LIKE '%@%' THEN
-            p := CASE p WHEN '@YEARLY' THEN '0 0 1 1 *' WHEN '@ANNUALLY' THEN '0 0 1 1 *' WHEN '@MONTHLY' THEN '0 0 1 * *'
-                        WHEN '@WEEKLY' THEN '0 0 * * SUN' WHEN '@DAILY' THEN '0 0 * * *' WHEN '@HOURLY' THEN '0 * * * *'
-                        ELSE p END;
-        END IF;
-        -- Names as croner replaces them: weekdays, then months, anywhere in the text.
+    prefix := format('schedule "%s" is not valid: ', text_);
+    p := upper(text_);
+    IF p LIKE '%@%' THEN
+        p := CASE p WHEN '@YEARLY' THEN '0 0 1 1 *' WHEN '@ANNUALLY' THEN '0 0 1 1 *' WHEN '@MONTHLY' THEN '0 0 1 * *'
+                    WHEN '@WEEKLY' THEN '0 0 * * SUN' WHEN '@DAILY' THEN '0 0 * * *' WHEN '@HOURLY' THEN '0 * * * *'
+                    ELSE p END;
+    END IF;
+    -- Names as croner replaces them: weekdays, then months, anywhere in the text.
+    IF p ~ '[A-KM-VX-Z]' THEN
         FOR i IN 1 .. cardinality(names) / 2 LOOP
             p := replace(p, names[2 * i - 1], names[2 * i]);
         END LOOP;
-        parts := regexp_split_to_array(p, E'[ \t\n\r\f\v]+');
-        IF cardinality(parts) = 5 THEN
-            parts := array_prepend('0'::text, parts);
+    END IF;
+    parts := regexp_split_to_array(p, E'[ \t\n\r\f\v]+');
+    IF cardinality(parts) = 5 THEN
+        parts := array_prepend('0'::text, parts);
+    END IF;
+    IF cardinality(parts) = 6 THEN
+        parts := array_append(parts, '*'::text);
+    END IF;
+    IF cardinality(parts) <> 7 THEN
+        RAISE EXCEPTION '%Invalid pattern: Pattern must have between 5 and 7 fields.', prefix USING ERRCODE = '22023';
+    END IF;
+    parts[4] := replace(parts[4], '?', '*');
+    parts[6] := replace(parts[6], '?', '*');
+    r.dom_and_dow := left(parts[6], 1) = '+';
+    IF r.dom_and_dow THEN
+        parts[6] := substr(parts[6], 2);
+    END IF;
+    FOR i IN 1 .. 7 LOOP
+        bad := substring(parts[i] FROM (CASE i WHEN 4 THEN '[^*/0-9,LW?-]' WHEN 6 THEN '[^*/0-9,#L?-]' ELSE '[^*/0-9,-]' END));
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION '%Pattern contains illegal characters: CronPattern contains illegal character ''%'' in part ''%''',
+                prefix, bad, parts[i] USING ERRCODE = '22023';
         END IF;
-        IF cardinality(parts) = 6 THEN
-            parts := array_append(parts, '*'::text);
-        END IF;
-        IF cardinality(parts) <> 7 THEN
-            RAISE EXCEPTION 'Invalid pattern: Pattern must have between 5 and 7 fields.' USING ERRCODE = '22023';
-        END IF;
-        parts[4] := replace(parts[4], '?', '*');
-        parts[6] := replace(parts[6], '?', '*');
-        r.dom_and_dow := left(parts[6], 1) = '+';
-        IF r.dom_and_dow THEN
-            parts[6] := substr(parts[6], 2);
-        END IF;
-        FOR i IN 1 .. 7 LOOP
-            bad := substring(parts[i] FROM (CASE i WHEN 4 THEN '[^*/0-9,LW?-]' WHEN 6 THEN '[^*/0-9,#L?-]' ELSE '[^*/0-9,-]' END));
-            IF bad IS NOT NULL THEN
-                RAISE EXCEPTION 'Pattern contains illegal characters: CronPattern contains illegal character ''%'' in part ''%''',
-                    bad, parts[i] USING ERRCODE = '22023';
-            END IF;
-        END LOOP;
-        r.star_dom := parts[4] = '*';
-        r.star_dow := parts[6] = '*';
-        BEGIN
-            f := rendezvous._cron_field(parts[1], 0, 59, 'second');
-            r.seconds := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
-            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.seconds) = 1)::integer;
-            f := rendezvous._cron_field(parts[2], 0, 59, 'minute');
-            r.minutes := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
-            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.minutes) = 1)::integer;
-            f := rendezvous._cron_field(parts[3], 0, 23, 'hour');
-            r.hours := ARRAY(SELECT v FROM generate_series(0, 23) v WHERE f.bits[v] & 1 = 1);
-            fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.hours) = 1)::integer;
-            r.fixed_time := fixed_fields = 3;
-            f := rendezvous._cron_field(parts[4], 1, 31, 'dom');
-            r.dom := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 1 = 1);
-            r.dom_closest := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 128 = 128);
-            r.dom_last := f.enabled & 64 = 64;
-            r.dom_last_weekday := f.enabled & 128 = 128;
-            f := rendezvous._cron_field(parts[5], 1, 12, 'month');
-            r.months := ARRAY(SELECT v FROM generate_series(1, 12) v WHERE f.bits[v] & 1 = 1);
-            f := rendezvous._cron_field(parts[6], 0, 7, 'dow');
-            -- 7 is Sunday too.
-            r.dow := ARRAY(SELECT f.bits[v] | CASE WHEN v = 0 THEN f.bits[7] ELSE 0 END FROM generate_series(0, 6) v);
-        EXCEPTION WHEN SQLSTATE '22023' THEN
-            RAISE EXCEPTION 'Component error: %', SQLERRM USING ERRCODE = '22023';
-        END;
-    EXCEPTION WHEN SQLSTATE '22023' THEN
-        RAISE EXCEPTION 'schedule "%" is not valid: %', text_, SQLERRM USING ERRCODE = '22023';
-    END;
+    END LOOP;
+    r.star_dom := parts[4] = '*';
+    r.star_dow := parts[6] = '*';
+    f := rendezvous._cron_field(parts[1], 0, 59, 'second', prefix || 'Component error: ');
+    r.seconds := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
+    fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.seconds) = 1)::integer;
+    f := rendezvous._cron_field(parts[2], 0, 59, 'minute', prefix || 'Component error: ');
+    r.minutes := ARRAY(SELECT v FROM generate_series(0, 59) v WHERE f.bits[v] & 1 = 1);
+    fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.minutes) = 1)::integer;
+    f := rendezvous._cron_field(parts[3], 0, 23, 'hour', prefix || 'Component error: ');
+    r.hours := ARRAY(SELECT v FROM generate_series(0, 23) v WHERE f.bits[v] & 1 = 1);
+    fixed_fields := fixed_fields + (f.step = 1 AND NOT f.from_wildcard AND cardinality(r.hours) = 1)::integer;
+    r.fixed_time := fixed_fields = 3;
+    f := rendezvous._cron_field(parts[4], 1, 31, 'dom', prefix || 'Component error: ');
+    r.dom := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 1 = 1);
+    r.dom_closest := ARRAY(SELECT v FROM generate_series(1, 31) v WHERE f.bits[v] & 128 = 128);
+    r.dom_last := f.enabled & 64 = 64;
+    r.dom_last_weekday := f.enabled & 128 = 128;
+    f := rendezvous._cron_field(parts[5], 1, 12, 'month', prefix || 'Component error: ');
+    r.months := ARRAY(SELECT v FROM generate_series(1, 12) v WHERE f.bits[v] & 1 = 1);
+    f := rendezvous._cron_field(parts[6], 0, 7, 'dow', prefix || 'Component error: ');
+    -- 7 is Sunday too.
+    r.dow := ARRAY(SELECT f.bits[v] | CASE WHEN v = 0 THEN f.bits[7] ELSE 0 END FROM generate_series(0, 6) v);
+    r.never := rendezvous._cron_never(r);
     PERFORM rendezvous._check_zone(time_zone);
     RETURN r;
+END
+$$;
+
+-- _cron_parse, kept for the session: the parsed schedule is stored in a custom setting named
+-- by a hash of the schedule and zone, so making a second's firings parses each distinct
+-- schedule once a session (as the native edition keeps parsed schedules per backend) instead
+-- of once a task. Only what parsed is kept; a transaction that rolls back forgets its own.
+CREATE FUNCTION rendezvous._cron_parsed(schedule text, time_zone text) RETURNS rendezvous._cron_schedule
+LANGUAGE plpgsql STABLE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    name text := 'rendezvous_cron.p' || md5(coalesce(schedule, '') || E'\x01' || coalesce(time_zone, ''));
+    kept text := current_setting(name, true);
+    s rendezvous._cron_schedule;
+BEGIN
+    IF kept IS NOT NULL AND kept <> '' THEN
+        RETURN kept::rendezvous._cron_schedule;
+    END IF;
+    s := rendezvous._cron_parse(schedule, time_zone);
+    PERFORM set_config(name, s::text, false);
+    RETURN s;
 END
 $$;
 
@@ -392,7 +409,7 @@ DECLARE
     x integer;
     days integer := 0;
 BEGIN
-    IF rendezvous._cron_never(s) THEN
+    IF s.never THEN
         RETURN NULL;
     END IF;
     LOOP
@@ -462,14 +479,32 @@ $$;
 -- The instants a wall-clock time names in a zone: one; two in a fall-back overlap (earlier,
 -- later); none in a spring-forward gap.
 CREATE FUNCTION rendezvous._cron_instants(local timestamp, zone text) RETURNS timestamptz[]
-LANGUAGE sql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(array_agg(DISTINCT c ORDER BY c), '{}')
-      FROM (SELECT (local AT TIME ZONE zone) AS guess) g
-     CROSS JOIN LATERAL unnest(ARRAY[g.guess - interval '12 hours', g.guess + interval '12 hours', g.guess]) AS near(at)
-     CROSS JOIN LATERAL (SELECT (local - ((near.at AT TIME ZONE zone) - (near.at AT TIME ZONE 'UTC'))) AT TIME ZONE 'UTC' AS c) x
-     WHERE (x.c AT TIME ZONE zone) = local
+DECLARE
+    guess timestamptz := local AT TIME ZONE zone;
+    before_ interval;
+    after_ interval;
+    out_ timestamptz[] := '{}'::timestamptz[];
+    c timestamptz;
+BEGIN
+    IF zone = 'UTC' THEN
+        RETURN ARRAY[guess];
+    END IF;
+    before_ := ((guess - interval '12 hours') AT TIME ZONE zone) - ((guess - interval '12 hours') AT TIME ZONE 'UTC');
+    after_ := ((guess + interval '12 hours') AT TIME ZONE zone) - ((guess + interval '12 hours') AT TIME ZONE 'UTC');
+    IF before_ = after_ THEN
+        RETURN ARRAY[guess];   -- no clock change within half a day: one instant
+    END IF;
+    -- Each offset in force around it that gives back this wall-clock time names an instant.
+    FOREACH c IN ARRAY ARRAY[(local - before_) AT TIME ZONE 'UTC', (local - after_) AT TIME ZONE 'UTC'] LOOP
+        IF (c AT TIME ZONE zone) = local AND NOT c = ANY (out_) THEN
+            out_ := out_ || c;
+        END IF;
+    END LOOP;
+    RETURN ARRAY(SELECT x FROM unnest(out_) x ORDER BY x);
+END
 $$;
 
 -- The instant a zone's clock changes between lo and hi (at most one change between them): the
@@ -570,8 +605,11 @@ BEGIN
         found_ := rendezvous._cron_walk(s, zone, local + interval '1 second', after);
         -- Starting on the earlier half of an overlap, the later half (wall-clock times already
         -- passed) lies ahead too: walk it from its edge, keep the nearer.
+        IF s.fixed_time OR zone = 'UTC' THEN
+            RETURN found_;
+        END IF;
         here := rendezvous._cron_instants(local, zone);
-        IF s.fixed_time OR cardinality(here) <> 2 OR after >= here[2] THEN
+        IF cardinality(here) <> 2 OR after >= here[2] THEN
             RETURN found_;
         END IF;
         edge := rendezvous._zone_change(after, here[2], zone);
@@ -622,6 +660,9 @@ BEGIN
     ELSIF octet_length(time_zone) > 64 THEN
         RAISE EXCEPTION 'time_zone is % bytes long; the limit is 64', octet_length(time_zone) USING ERRCODE = '22023';
     END IF;
+    IF time_zone = 'UTC' THEN
+        RETURN;   -- (the common case, without the subtransaction of the check below)
+    END IF;
     BEGIN
         PERFORM now() AT TIME ZONE time_zone;
     EXCEPTION WHEN invalid_parameter_value THEN
@@ -662,7 +703,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
+    s rendezvous._cron_schedule := rendezvous._cron_parsed(schedule, time_zone);
     cursor_ timestamptz := rendezvous._schedule_bound('after', after);
     until_ timestamptz := rendezvous._schedule_bound('until', until);
     found_ integer := 0;
@@ -686,7 +727,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
+    s rendezvous._cron_schedule := rendezvous._cron_parsed(schedule, time_zone);
     next_ timestamptz := rendezvous._cron_next(s, time_zone, rendezvous._schedule_bound('after', after));
 BEGIN
     IF next_ IS NULL THEN
@@ -703,7 +744,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN rendezvous._cron_next(rendezvous._cron_parse(schedule, time_zone), time_zone,
+    RETURN rendezvous._cron_next(rendezvous._cron_parsed(schedule, time_zone), time_zone,
                                  rendezvous._schedule_bound('after', after), false);
 END
 $$;
@@ -717,7 +758,7 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    s rendezvous._cron_schedule := rendezvous._cron_parse(schedule, time_zone);
+    s rendezvous._cron_schedule := rendezvous._cron_parsed(schedule, time_zone);
     window_start timestamptz;
     just_before_from timestamptz := from_ - interval '1 microsecond';
     first_ timestamptz;
