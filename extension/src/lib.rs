@@ -6,6 +6,8 @@
 //! SQL lives in a `.sql` file beside its module (`admission.rs` loads `admission.sql`), all of
 //! it schema-qualified. Upgrade scripts make every function, view and grant again from these
 //! sources (`sqlgen`); only table and type changes are written by hand, in `sql/migrations/`.
+//! The portable edition (no library) is that install script with each Rust or C function
+//! replaced by its SQL in `extension/portable/` (`sqlgen portable`).
 use pgrx::prelude::*;
 
 mod admission;
