@@ -311,30 +311,13 @@ BEGIN
 END
 $$;
 
+-- The winner is the first of the ranking: the same checks, the same order.
 CREATE FUNCTION rendezvous.winner(key text, hosts text[]) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    kh bigint := rendezvous._key_hash(key);
-BEGIN
-    PERFORM rendezvous._check_hrw_input(hosts, NULL);
-    IF hosts IS NULL THEN
-        RETURN NULL;
-    END IF;
-    RETURN (rendezvous._hrw_order(kh, ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL), NULL, 1))[1];
-END
-$$;
+AS $$ SELECT (rendezvous.ranked(key, hosts, 1))[1] $$;
 
 CREATE FUNCTION rendezvous.winner(key text, hosts text[], weights double precision[]) RETURNS text
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    kh bigint := rendezvous._key_hash(key);
-    s record;
-BEGIN
-    s := rendezvous._weighted_set(hosts, weights);
-    RETURN (rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, 1))[1];
-END
-$$;
+AS $$ SELECT (rendezvous.ranked(key, hosts, weights, 1))[1] $$;

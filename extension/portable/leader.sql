@@ -25,22 +25,6 @@ AS $$
          WHERE k.lock_id = _leader_lock_held.lock_id AND k.pid = holder_pid AND k.granted), false)
 $$;
 
--- group_name and candidate: not NULL, not empty, at most 256 bytes (the native messages).
-CREATE FUNCTION rendezvous._check_leader_name(what text, value text) RETURNS void
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF value IS NULL THEN
-        RAISE EXCEPTION '% must not be NULL', what USING ERRCODE = '22004';
-    ELSIF value = '' THEN
-        RAISE EXCEPTION '% must not be empty', what USING ERRCODE = '22023';
-    ELSIF octet_length(value) > 256 THEN
-        RAISE EXCEPTION '% is % bytes long; the limit is 256', what, octet_length(value) USING ERRCODE = '22023';
-    END IF;
-END
-$$;
-
 -- Records a holder's confirmation (and the term's lease), waiting for synchronous replication
 -- like any commit (synchronous_commit raised to on for this transaction).
 CREATE FUNCTION rendezvous._confirm_term(group_name text, lease interval) RETURNS void
@@ -153,8 +137,8 @@ BEGIN
         RAISE EXCEPTION 'try_lead(wait => true) is not supported since 0.3.0: a wait inside the call holds a snapshot and a lock on rendezvous.leaders; LISTEN on rendezvous_leader and call try_lead again when it fires (the client does)'
             USING ERRCODE = '0A000';
     END IF;
-    PERFORM rendezvous._check_leader_name('group_name', group_);
-    PERFORM rendezvous._check_leader_name('candidate', candidate_);
+    PERFORM rendezvous._check_text('group_name', group_, rendezvous._max_id_bytes());
+    PERFORM rendezvous._check_text('candidate', candidate_, rendezvous._max_id_bytes());
     IF lease_ IS NOT NULL THEN
         PERFORM rendezvous._check_lease(lease_);
     END IF;
@@ -207,7 +191,7 @@ AS $$
 DECLARE
     id integer;
 BEGIN
-    PERFORM rendezvous._check_leader_name('group_name', resign.group_name);
+    PERFORM rendezvous._check_text('group_name', resign.group_name, rendezvous._max_id_bytes());
     SELECT l.lock_id INTO id FROM rendezvous.leaders l WHERE l.group_name = resign.group_name;
     IF id IS NULL OR NOT rendezvous._leader_lock_held(id, pg_backend_pid()) THEN
         RETURN false;

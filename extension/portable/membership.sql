@@ -21,16 +21,9 @@ END
 $$;
 
 CREATE FUNCTION rendezvous.winner(key text) RETURNS text
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    kh bigint := rendezvous._key_hash(key);
-    s record := rendezvous._live_set();
-BEGIN
-    RETURN (rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, 1))[1];
-END
-$$;
+AS $$ SELECT (rendezvous.ranked(key, 1))[1] $$;
 
 CREATE FUNCTION rendezvous.ranked(key text, k integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE

@@ -533,46 +533,54 @@ BEGIN
 END
 $$;
 
+-- The instants at which a wall-clock time the schedule matches fires: a fixed-time schedule
+-- at the earlier of an overlap's two, and at the first instant after a gap its time falls
+-- into (if that day still matches); any other schedule at every instant the time names (none
+-- in a gap).
+CREATE FUNCTION rendezvous._cron_fires(s rendezvous._cron_schedule, zone text, local timestamp) RETURNS timestamptz[]
+LANGUAGE plpgsql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    instants timestamptz[] := rendezvous._cron_instants(local, zone);
+    guess timestamptz;
+    c timestamptz;
+BEGIN
+    IF NOT s.fixed_time THEN
+        RETURN instants;
+    ELSIF cardinality(instants) > 0 THEN
+        RETURN instants[1:1];
+    END IF;
+    guess := local AT TIME ZONE zone;
+    c := rendezvous._zone_change(guess - interval '12 hours', guess + interval '12 hours', zone);
+    IF rendezvous._cron_day_match(s.months, s.dom, s.dom_closest, s.dom_last, s.dom_last_weekday, s.dow,
+                                  s.star_dom, s.star_dow, s.dom_and_dow, (c AT TIME ZONE zone)::date) THEN
+        RETURN ARRAY[c];
+    END IF;
+    RETURN '{}'::timestamptz[];
+END
+$$;
+
 -- One walk of croner's search: the first matching wall-clock time from `local` on (inclusive)
--- that gives an instant not behind `origin` (more than a second before it), in search order.
--- A fixed-time schedule takes the first instant after a gap its time falls into (if that day
--- still matches) and the earlier of an overlap's two; any other schedule skips gaps and takes
--- both of an overlap's instants, the earlier first.
+-- that fires at an instant not behind `origin` (more than a second before it), in search
+-- order.
 CREATE FUNCTION rendezvous._cron_walk(s rendezvous._cron_schedule, zone text, local timestamp, origin timestamptz) RETURNS timestamptz
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    instants timestamptz[];
     c timestamptz;
-    guess timestamptz;
 BEGIN
     LOOP
         local := rendezvous._cron_local(s, local, false);
         IF local IS NULL THEN
             RETURN NULL;
         END IF;
-        instants := rendezvous._cron_instants(local, zone);
-        IF cardinality(instants) = 0 THEN
-            IF s.fixed_time THEN
-                guess := local AT TIME ZONE zone;
-                c := rendezvous._zone_change(guess - interval '12 hours', guess + interval '12 hours', zone);
-                IF rendezvous._cron_day_match(s.months, s.dom, s.dom_closest, s.dom_last, s.dom_last_weekday, s.dow,
-                                              s.star_dom, s.star_dow, s.dom_and_dow, (c AT TIME ZONE zone)::date)
-                   AND c > origin THEN
-                    RETURN c;
-                END IF;
-                -- Go on from the first wall-clock time after the gap.
-                local := c AT TIME ZONE zone;
-                CONTINUE;
+        FOREACH c IN ARRAY rendezvous._cron_fires(s, zone, local) LOOP
+            IF c + interval '1 second' > origin THEN
+                RETURN c;
             END IF;
-        ELSE
-            FOREACH c IN ARRAY CASE WHEN s.fixed_time THEN instants[1:1] ELSE instants END LOOP
-                IF c + interval '1 second' > origin THEN
-                    RETURN c;
-                END IF;
-            END LOOP;
-        END IF;
+        END LOOP;
         local := local + interval '1 second';
     END LOOP;
     RETURN NULL;   -- (the loop only ends by returning)
@@ -593,7 +601,6 @@ DECLARE
     edge timestamptz;
     found_ timestamptz;
     other timestamptz;
-    instants timestamptz[];
     c timestamptz;
     best timestamptz;
     t bigint;
@@ -630,17 +637,7 @@ BEGIN
         IF local IS NULL OR (best IS NOT NULL AND local < (best AT TIME ZONE zone) - margin) THEN
             RETURN best;
         END IF;
-        instants := rendezvous._cron_instants(local, zone);
-        IF cardinality(instants) = 0 AND s.fixed_time THEN
-            c := rendezvous._zone_change((local AT TIME ZONE zone) - interval '12 hours',
-                                         (local AT TIME ZONE zone) + interval '12 hours', zone);
-            instants := CASE WHEN rendezvous._cron_day_match(s.months, s.dom, s.dom_closest, s.dom_last,
-                                      s.dom_last_weekday, s.dow, s.star_dom, s.star_dow, s.dom_and_dow,
-                                      (c AT TIME ZONE zone)::date) THEN ARRAY[c] ELSE '{}' END;
-        ELSIF cardinality(instants) = 2 AND s.fixed_time THEN
-            instants := instants[1:1];
-        END IF;
-        FOREACH c IN ARRAY instants LOOP
+        FOREACH c IN ARRAY rendezvous._cron_fires(s, zone, local) LOOP
             IF c <= after AND (best IS NULL OR c > best) THEN
                 best := c;
             END IF;
@@ -659,11 +656,8 @@ LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF time_zone = '' THEN
-        RAISE EXCEPTION 'time_zone must not be empty' USING ERRCODE = '22023';
-    ELSIF octet_length(time_zone) > 64 THEN
-        RAISE EXCEPTION 'time_zone is % bytes long; the limit is 64', octet_length(time_zone) USING ERRCODE = '22023';
-    ELSIF time_zone <> 'UTC'
+    PERFORM rendezvous._check_text('time_zone', time_zone, 64);
+    IF time_zone <> 'UTC'
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names z WHERE lower(z.name) = lower(time_zone)) THEN
         RAISE EXCEPTION 'unknown time zone "%" (use an IANA name such as Europe/Berlin)', time_zone USING ERRCODE = '22023';
     END IF;

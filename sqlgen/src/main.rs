@@ -41,6 +41,15 @@ fn main() -> ExitCode {
     }
 }
 
+/// The extension a control file is for: its name without `.control`.
+fn extension_name(control: &Path) -> Result<&str, String> {
+    control
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".control"))
+        .ok_or_else(|| format!("{}: not a .control file", control.display()))
+}
+
 /// A setting of the control file (`name = 'value'`).
 fn control_setting(control: &Path, text: &str, name: &str) -> Result<String, String> {
     text.lines()
@@ -50,11 +59,7 @@ fn control_setting(control: &Path, text: &str, name: &str) -> Result<String, Str
 }
 
 fn generate_portable(control: &Path, install: &Path, sources: &Path, output: &Path) -> Result<(), String> {
-    let extension = control
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_suffix(".control"))
-        .ok_or_else(|| format!("{}: not a .control file", control.display()))?;
+    let extension = extension_name(control)?;
     let control_text = read(control)?;
     let schema = control_setting(control, &control_text, "schema")?;
     let comment = control_setting(control, &control_text, "comment")?;
@@ -88,17 +93,8 @@ fn generate_portable(control: &Path, install: &Path, sources: &Path, output: &Pa
 }
 
 fn generate_upgrade(control: &Path, install: &Path, migration: &Path, output: &Path) -> Result<(), String> {
-    let extension = control
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_suffix(".control"))
-        .ok_or_else(|| format!("{}: not a .control file", control.display()))?;
-    let control_text = read(control)?;
-    let schema = control_text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("schema").map(|v| v.trim_start()))
-        .and_then(|v| v.strip_prefix('=').map(|v| v.trim().trim_matches('\'')))
-        .ok_or_else(|| format!("{}: no schema = '…' line", control.display()))?;
+    let extension = extension_name(control)?;
+    let schema = control_setting(control, &read(control)?, "schema")?;
     let migration_name = migration.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     let (from, to) = migration_name
         .strip_suffix(".sql")
@@ -114,7 +110,7 @@ fn generate_upgrade(control: &Path, install: &Path, migration: &Path, output: &P
     let migration_label = format!("sql/migrations/{migration_name}");
     let script = upgrade::upgrade_script(
         extension,
-        schema,
+        &schema,
         from,
         to,
         &migration_label,

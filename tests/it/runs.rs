@@ -294,13 +294,7 @@ async fn a_firing_that_spawns_a_run_gets_one_run_however_often_it_retries() {
         .await
         .unwrap();
     // Due now: the last hour boundary, which the catch-up policy (latest) runs.
-    client
-        .execute(
-            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
-            &[],
-        )
-        .await
-        .unwrap();
+    rendezvous_tests::hourly_tasks_due_now(&client).await;
     wait_for_count(&client, "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL", 1)
         .await;
     scheduler.shutdown(Duration::from_secs(5)).await.unwrap();

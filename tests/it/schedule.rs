@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use rendezvous_client::Clock;
 use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};
-use rendezvous_tests::{wait_for_count, TestDb};
+use rendezvous_tests::{hourly_tasks_due_now, wait_for_count, TestDb};
 
 /// Options for quick tests: short polls and rank delays.
 fn quick() -> SchedulerOptions {
@@ -48,6 +48,23 @@ fn recording(host: &'static str) -> impl Fn(Job) -> futures_like::BoxFut + Send 
             let tx = job.transaction().await?;
             tx.execute("INSERT INTO effects (key, host) VALUES ($1, $2)", &[&key, &host]).await?;
             tx.complete().await?;
+            Ok(())
+        })
+    }
+}
+
+/// A handler that records its start and then runs for ten minutes: a claim held until shutdown.
+fn stays(host: &'static str) -> impl Fn(Job) -> futures_like::BoxFut + Send + Sync + Clone + 'static {
+    move |job: Job| {
+        Box::pin(async move {
+            job.client()
+                .await?
+                .execute(
+                    "INSERT INTO starts (key, token, host) VALUES ($1, $2, $3)",
+                    &[&job.key().to_owned(), &job.token(), &host],
+                )
+                .await?;
+            tokio::time::sleep(Duration::from_secs(600)).await;
             Ok(())
         })
     }
@@ -279,27 +296,10 @@ async fn a_burst_is_claimed_in_one_look_beyond_the_free_slots_and_what_waits_goe
     for spec in &specs {
         rendezvous_client::schedule::schedule_task(&client, spec).await.unwrap();
     }
-    // All due now: as if the last fire time had not run yet.
-    client
-        .execute(
-            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
-            &[],
-        )
-        .await
-        .unwrap();
+    hourly_tasks_due_now(&client).await;
     let mut builder = Scheduler::builder(&db.url, "busy-host").options(quick().with_max_concurrent(2));
     for spec in &specs {
-        builder = builder.handler(spec.task_id.clone(), |job: Job| async move {
-            job.client()
-                .await?
-                .execute(
-                    "INSERT INTO starts (key, token, host) VALUES ($1, $2, 'busy-host')",
-                    &[&job.key().to_owned(), &job.token()],
-                )
-                .await?;
-            tokio::time::sleep(Duration::from_secs(600)).await;
-            Ok::<(), rendezvous_client::Error>(())
-        });
+        builder = builder.handler(spec.task_id.clone(), stays("busy-host"));
     }
     let host = builder.start().await.unwrap();
     wait_for_count(&client, "SELECT count(*) FROM starts", 2).await;
@@ -332,27 +332,10 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
     let spec = TaskSpec::new("slow", "every 3600 seconds").with_lease(Duration::from_secs(60));
     let client = db.connect().await;
     rendezvous_client::schedule::schedule_task(&client, &spec).await.unwrap();
-    // Due now: as if the last fire time had not run yet.
-    client
-        .execute(
-            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
-            &[],
-        )
-        .await
-        .unwrap();
+    hourly_tasks_due_now(&client).await;
     let slow = Scheduler::builder(&db.url, "slow-host")
         .options(quick())
-        .handler("slow", |job: Job| async move {
-            job.client()
-                .await?
-                .execute(
-                    "INSERT INTO starts (key, token, host) VALUES ($1, $2, 'slow-host')",
-                    &[&job.key().to_owned(), &job.token()],
-                )
-                .await?;
-            tokio::time::sleep(Duration::from_secs(600)).await;
-            Ok::<(), rendezvous_client::Error>(())
-        })
+        .handler("slow", stays("slow-host"))
         .start()
         .await
         .unwrap();

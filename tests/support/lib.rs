@@ -80,6 +80,18 @@ impl TestDb {
     }
 }
 
+/// Makes every task due now: its next fire time the last hour boundary, as if that fire time
+/// (of an hourly task) had not run yet.
+pub async fn hourly_tasks_due_now(client: &Client) {
+    client
+        .execute(
+            "UPDATE rendezvous.tasks SET next_fire_at = to_timestamp(floor(extract(epoch FROM now()) / 3600) * 3600)",
+            &[],
+        )
+        .await
+        .expect("make the tasks due");
+}
+
 /// Connects (no TLS) and drives the connection in the background.
 pub async fn connect(url: &str) -> Client {
     rendezvous_client::connect(url).await.expect("connect to the test cluster")
