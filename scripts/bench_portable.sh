@@ -4,7 +4,9 @@
 # only: database rendezvous_portable, installed with psql by its owner). pgbench, prepared
 # statements, SECONDS_PER_CASE (default 10) each; calls a second (transactions of one call) and
 # average latency, and the portable edition's share of the native one's rate.
-#   winner over 100 and 1,000 hosts (array form), spawn_run (a new key each time), a firing's
+#   winner over 100 and 1,000 hosts (array form: hosts that joined, whose hashes the portable
+#   edition keeps, and 1,000 that never did), winner(key) over 1,000 live hosts, spawn_run (a
+#   new key each time), a firing's
 #   claim_firing + complete_firing (one transaction each), due_firings with 100 per-minute
 #   tasks, try_lead by the holder (the leader's refresh).
 set -euo pipefail
@@ -24,9 +26,10 @@ cluster_psql -d rendezvous_portable -U rendezvous_owner -f "$script" >/dev/null
 native=$DATABASE_URL
 portable=$(echo "$DATABASE_URL" | sed 's|/postgres$|/rendezvous_portable|')
 
-# The same state in both: 100 per-minute tasks (none due), nothing else.
+# The same state in both: 100 per-minute tasks (none due), hosts host-1 … host-1000 joined.
 for url in "$native" "$portable"; do
-  cluster_psql "$url" -c "SELECT count(rendezvous.schedule_task('bench-' || i, '0 0 1 1 *')) FROM generate_series(1, 100) i" >/dev/null
+  cluster_psql "$url" -c "SELECT count(rendezvous.schedule_task('bench-' || i, '0 0 1 1 *')) FROM generate_series(1, 100) i" \
+    -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, 1000) i" >/dev/null
 done
 
 cat >"$work/winner100.sql" <<'SQL'
@@ -36,6 +39,14 @@ SQL
 cat >"$work/winner1000.sql" <<'SQL'
 \set k random(1, 1000000000)
 SELECT rendezvous.winner('key-' || :k, :hosts1000::text[]);
+SQL
+cat >"$work/winner1000new.sql" <<'SQL'
+\set k random(1, 1000000000)
+SELECT rendezvous.winner('key-' || :k, :others1000::text[]);
+SQL
+cat >"$work/winnerlive.sql" <<'SQL'
+\set k random(1, 1000000000)
+SELECT rendezvous.winner('key-' || :k);
 SQL
 cat >"$work/spawn.sql" <<'SQL'
 \set k random(1, 2000000000)
@@ -54,12 +65,25 @@ SELECT is_leader FROM rendezvous.try_lead('bench-group-' || :client_id, 'host-' 
 SQL
 hosts100="{$(seq -s, -f 'host-%g' 1 100)}"
 hosts1000="{$(seq -s, -f 'host-%g' 1 1000)}"
+others1000="{$(seq -s, -f 'other-%g' 1 1000)}"
 
 # rate URL SCRIPT CLIENTS: "tps latency_ms" of pgbench.
 rate() {
   local out
+  # The live form needs the hosts live (10 s staleness): their heartbeats every 2 s meanwhile.
+  local beating=
+  if [ "$2" = winnerlive ]; then
+    while :; do
+      cluster_psql "$1" -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, 1000) i" >/dev/null
+      sleep 2
+    done &
+    beating=$!
+    sleep 0.5
+  fi
   out=$("$pgbench" -n -M prepared -c "$3" -j "$3" -T "$seconds" -D hosts100="$hosts100" -D hosts1000="$hosts1000" \
+          -D others1000="$others1000" \
           -f "$work/$2.sql" "$1" 2>&1)
+  if [ -n "$beating" ]; then kill "$beating"; wait "$beating" 2>/dev/null || true; fi
   echo "$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1) $(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')"
 }
 
@@ -69,6 +93,8 @@ echo
 echo "| call | clients | native calls/s (latency) | portable calls/s (latency) | portable / native |"
 echo "|---|---:|---:|---:|---:|"
 for case in "winner over 100 hosts:winner100:1" "winner over 1,000 hosts:winner1000:1" \
+            "winner over 1,000 hosts that never joined:winner1000new:1" \
+            "winner(key) over 1,000 live hosts:winnerlive:1" \
             "due_firings (100 tasks, none due):due:1" "spawn_run:spawn:4" \
             "claim_firing + complete_firing:claim:4" "try_lead by the holder:lead:4"; do
   IFS=: read -r label file clients <<<"$case"

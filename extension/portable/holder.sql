@@ -1,6 +1,6 @@
 -- The portable edition's holder.rs: when this backend started, as pg_stat_activity shows it
 -- (a backend always sees its own row).
 CREATE FUNCTION rendezvous._session_started() RETURNS timestamp with time zone
-LANGUAGE sql STABLE STRICT PARALLEL SAFE
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a $$;
+AS $$ BEGIN RETURN (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a); END $$;

@@ -5,6 +5,11 @@
 -- and AND are bitwise, and addition and multiplication are done in parts small enough never to
 -- overflow. The small helpers are single-expression SQL functions with no SET clause, so the
 -- planner inlines them into the callers' expressions.
+--
+-- What a call costs is hashing: a host's SipHash takes ~12 µs in PL/pgSQL. So host hashes are
+-- kept in rendezvous._host_hashes, written when a host joins (a memo: a hash never changes, so
+-- a missing or extra row costs time, never a different answer), and the scores of a whole set
+-- are one PL/pgSQL loop (_scores) rather than a call per host.
 
 -- a + b modulo 2^64.
 CREATE FUNCTION rendezvous._add64(a bigint, b bigint) RETURNS bigint
@@ -30,20 +35,6 @@ AS $$ SELECT (x << n) | ((x >> (64 - n)) & ((1::bigint << n) - 1)) $$;
 CREATE FUNCTION rendezvous._shr64(x bigint, n integer) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT (x >> n) & ~((-1)::bigint << (64 - n)) $$;
-
--- a × b modulo 2^64, from 32- and 16-bit parts whose products stay below 2^48.
-CREATE FUNCTION rendezvous._mul64(a bigint, b bigint) RETURNS bigint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-    SELECT rendezvous._add64(
-        -- low halves: al × bl
-        rendezvous._add64(((a & 4294967295) * ((b >> 16) & 65535)) << 16, (a & 4294967295) * (b & 65535)),
-        -- cross terms modulo 2^32, moved up: (ah × bl + al × bh) << 32
-        ((((((((a >> 32) & 4294967295) * ((b >> 16) & 65535)) & 65535) << 16)
-            + (((a >> 32) & 4294967295) * (b & 65535)))
-          + (((((a & 4294967295) * ((b >> 48) & 65535)) & 65535) << 16)
-            + ((a & 4294967295) * ((b >> 32) & 65535)))) & 4294967295) << 32)
-$$;
 
 -- SipHash-2-4 of data with the key (k0, k1).
 CREATE FUNCTION rendezvous._siphash24(k0 bigint, k1 bigint, data bytea) RETURNS bigint
@@ -119,78 +110,182 @@ CREATE FUNCTION rendezvous._host_hash(host text) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT rendezvous._siphash24(8243116070449870447, 8463158051328980017, convert_to(host, 'UTF8')) $$;
 
--- The 63-bit score of a host for a key from their hashes: fmix64(key ^ host) >> 1.
-CREATE FUNCTION rendezvous._combine(key_hash bigint, host_hash bigint) RETURNS bigint
+-- The 63-bit scores of hosts for a key from their hashes: fmix64(key ^ host) >> 1 each, in the
+-- hosts' order. The word is held as two 32-bit halves (hi, lo), so fmix64's shifts by 33 are
+-- lo ^= hi >> 1, and each multiplication by a constant c = (ch, cl) is
+--   lo × cl + ((hi × cl + lo × ch) mod 2^32) << 32   (mod 2^64)
+-- with lo × cl taken in 16-bit parts of cl: no product reaches 2^49.
+CREATE FUNCTION rendezvous._scores(key_hash bigint, host_hashes bigint[]) RETURNS bigint[]
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    h bigint := key_hash # host_hash;
+    x bigint;
+    lo bigint;
+    hi bigint;
+    p bigint;
+    scores bigint[] := '{}'::bigint[];
 BEGIN
-    h := rendezvous._mul64(h # rendezvous._shr64(h, 33), -49064778989728563);    -- 0xff51afd7ed558ccd
-    h := rendezvous._mul64(h # rendezvous._shr64(h, 33), -4265267296055464877);  -- 0xc4ceb9fe1a85ec53
-    RETURN rendezvous._shr64(h # rendezvous._shr64(h, 33), 1);
+    FOREACH x IN ARRAY host_hashes LOOP
+        x := key_hash # x;
+        lo := x & 4294967295;
+        hi := (x >> 32) & 4294967295;
+        lo := lo # (hi >> 1);
+        -- × 0xff51afd7ed558ccd: cl = 0xed558ccd (60757, 36045), ch = 0xff51afd7 (65361, 45015)
+        p := lo * 36045 + (((lo * 60757) & 65535) << 16);
+        hi := ((p >> 32) + ((lo * 60757) >> 16) + hi * 36045 + (((hi * 60757) & 65535) << 16)
+               + lo * 45015 + (((lo * 65361) & 65535) << 16)) & 4294967295;
+        lo := (p & 4294967295) # (hi >> 1);
+        -- × 0xc4ceb9fe1a85ec53: cl = 0x1a85ec53 (6789, 60499), ch = 0xc4ceb9fe (50382, 47614)
+        p := lo * 60499 + (((lo * 6789) & 65535) << 16);
+        hi := ((p >> 32) + ((lo * 6789) >> 16) + hi * 60499 + (((hi * 6789) & 65535) << 16)
+               + lo * 47614 + (((lo * 50382) & 65535) << 16)) & 4294967295;
+        -- (hi:lo ^ hi >> 1) >> 1
+        scores := array_append(scores, (hi << 31) | (((p & 4294967295) # (hi >> 1)) >> 1));
+    END LOOP;
+    RETURN scores;
 END
 $$;
 
--- ratio / -ln(u) for u = (2 × (score >> 11) + 1) × 2^-53, with the IEEE-exact series of
--- docs/hrw.md: float8 arithmetic is IEEE binary64 (+ - × ÷ correctly rounded), and u's
--- exponent and mantissa come from the integer exactly.
-CREATE FUNCTION rendezvous._weighted_score(score bigint, ratio double precision) RETURNS double precision
+-- ratio / -ln(u) for each score and its host's ratio, u = (2 × (score >> 11) + 1) × 2^-53, with
+-- the IEEE-exact series of docs/hrw.md: float8 arithmetic is IEEE binary64 (+ - × ÷ correctly
+-- rounded), and u's exponent and mantissa come from the integer exactly.
+CREATE FUNCTION rendezvous._weighted_scores(scores bigint[], ratios double precision[])
+RETURNS double precision[]
 LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    n bigint := 2 * (score >> 11) + 1;    -- odd, below 2^53: exact as a float8
-    bits integer := 0;
+    n bigint;
+    bits integer;
     m double precision;
     e integer;
     s double precision;
     z double precision;
-    p double precision := 1::double precision / 23::double precision;
+    p double precision;
+    weighted double precision[] := '{}'::double precision[];
 BEGIN
-    -- n's bit length: the float estimate, made exact.
-    bits := floor(ln(n::double precision) / ln(2::double precision))::integer + 1;
-    IF (n >> (bits - 1)) = 0 THEN
-        bits := bits - 1;
-    ELSIF (n >> bits) > 0 THEN
-        bits := bits + 1;
-    END IF;
-    -- u = m × 2^e with m in [1, 2): a division by a power of two is exact.
-    m := n::double precision / (1::bigint << (bits - 1))::double precision;
-    e := bits - 54;
-    IF m > 1.4142135623730951::double precision THEN
-        m := m * 0.5::double precision;
-        e := e + 1;
-    END IF;
-    s := (m - 1::double precision) / (m + 1::double precision);
-    z := s * s;
-    FOR k IN REVERSE 10 .. 0 LOOP
-        p := p * z + 1::double precision / (2 * k + 1)::double precision;
+    FOR i IN 1 .. cardinality(scores) LOOP
+        n := 2 * (scores[i] >> 11) + 1;    -- odd, below 2^53: exact as a float8
+        -- n's bit length: the float estimate, made exact.
+        bits := floor(ln(n::double precision) / ln(2::double precision))::integer + 1;
+        IF (n >> (bits - 1)) = 0 THEN
+            bits := bits - 1;
+        ELSIF (n >> bits) > 0 THEN
+            bits := bits + 1;
+        END IF;
+        -- u = m × 2^e with m in [1, 2): a division by a power of two is exact.
+        m := n::double precision / (1::bigint << (bits - 1))::double precision;
+        e := bits - 54;
+        IF m > 1.4142135623730951::double precision THEN
+            m := m * 0.5::double precision;
+            e := e + 1;
+        END IF;
+        s := (m - 1::double precision) / (m + 1::double precision);
+        z := s * s;
+        p := 1::double precision / 23::double precision;
+        FOR k IN REVERSE 10 .. 0 LOOP
+            p := p * z + 1::double precision / (2 * k + 1)::double precision;
+        END LOOP;
+        weighted := array_append(weighted,
+            ratios[i] / -(e::double precision * 0.6931471805599453::double precision + 2::double precision * s * p));
     END LOOP;
-    RETURN ratio / -(e::double precision * 0.6931471805599453::double precision + 2::double precision * s * p);
+    RETURN weighted;
 END
 $$;
 
 -- The order of a host set for a key: by weighted score when the weights differ, then by
--- score, then by host id in byte order; the first k (all for NULL). hosts are distinct;
--- ratios are each host's weight over the largest (NULL: unweighted).
-CREATE FUNCTION rendezvous._hrw_order(key_hash bigint, hosts text[], ratios double precision[], k integer)
+-- score, then by host id in byte order; the first k (all for NULL). hosts are distinct and
+-- not NULL, hashes their hashes; ratios are each host's weight over the largest (NULL:
+-- unweighted).
+CREATE FUNCTION rendezvous._hrw_order(key_hash bigint, hosts text[], hashes bigint[],
+                                      ratios double precision[], k integer)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(array_agg(o.host ORDER BY o.ws DESC, o.s DESC, o.host COLLATE "C"), '{}')
-      FROM (SELECT x.host, x.s, x.ws
-              FROM (SELECT u.host, c.s,
-                           CASE WHEN ratios IS NULL THEN 0::double precision
-                                ELSE rendezvous._weighted_score(c.s, u.ratio) END AS ws
-                      FROM unnest(hosts, ratios) AS u(host, ratio)
-                     CROSS JOIN LATERAL (SELECT rendezvous._combine(key_hash, rendezvous._host_hash(u.host)) AS s) c
-                     WHERE u.host IS NOT NULL) x
-             ORDER BY x.ws DESC, x.s DESC, x.host COLLATE "C"
-             LIMIT k) o
+DECLARE
+    scores bigint[] := rendezvous._scores(key_hash, hashes);
+    weighted double precision[] := CASE WHEN ratios IS NOT NULL THEN rendezvous._weighted_scores(scores, ratios) END;
+    best integer;
+    best_score bigint;
+BEGIN
+    IF k = 1 AND weighted IS NULL THEN
+        -- The winner of an unweighted set: one pass, no sort.
+        FOR i IN 1 .. cardinality(scores) LOOP
+            IF best IS NULL OR scores[i] > best_score
+               OR (scores[i] = best_score AND hosts[i] COLLATE "C" < hosts[best] COLLATE "C") THEN
+                best := i;
+                best_score := scores[i];
+            END IF;
+        END LOOP;
+        RETURN CASE WHEN best IS NULL THEN '{}'::text[] ELSE ARRAY[hosts[best]] END;
+    END IF;
+    RETURN coalesce((
+        SELECT array_agg(o.host ORDER BY o.ws DESC NULLS LAST, o.s DESC, o.host COLLATE "C")
+          FROM (SELECT u.host, u.s, u.ws FROM unnest(hosts, scores, weighted) AS u(host, s, ws)
+                 ORDER BY u.ws DESC NULLS LAST, u.s DESC, u.host COLLATE "C"
+                 LIMIT k) o), '{}');
+END
 $$;
+
+-- The hashes of hosts, in their order: kept ones from rendezvous._host_hashes, the others
+-- computed. SECURITY DEFINER: callers of winner need no privilege on the table, and it tells
+-- them nothing but the hashes of the ids they name.
+CREATE FUNCTION rendezvous._host_hashes_of(hosts text[]) RETURNS bigint[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- PL/pgSQL, not SQL: its plan is kept for the session (a SQL function's is made per call).
+    RETURN coalesce((SELECT array_agg(coalesce(x.hash, rendezvous._host_hash(u.host)) ORDER BY u.ord)
+                       FROM unnest(hosts) WITH ORDINALITY AS u(host, ord)
+                       LEFT JOIN rendezvous._host_hashes x ON x.host_id = u.host), '{}'::bigint[]);
+END
+$$;
+
+-- The kept host hashes: a row for each host that joined (the trigger below), gone when the
+-- host goes. Not dumped: a restore's rows of rendezvous.hosts fire the trigger again.
+CREATE TABLE rendezvous._host_hashes (
+    host_id text PRIMARY KEY,
+    hash    bigint NOT NULL
+);
+COMMENT ON TABLE rendezvous._host_hashes IS 'Portable edition: each host''s HRW hash, kept so winner and ranked do not recompute it.';
+
+CREATE FUNCTION rendezvous._host_joined() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO rendezvous._host_hashes (host_id, hash)
+    VALUES (NEW.host_id, rendezvous._host_hash(NEW.host_id))
+    ON CONFLICT (host_id) DO NOTHING;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION rendezvous._hosts_left() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- Nested: the transition table exists only for the DELETE trigger.
+    IF TG_OP = 'DELETE' THEN
+        DELETE FROM rendezvous._host_hashes x USING gone g WHERE x.host_id = g.host_id;
+    ELSE
+        DELETE FROM rendezvous._host_hashes;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER hosts_hash_kept AFTER INSERT ON rendezvous.hosts
+    FOR EACH ROW EXECUTE FUNCTION rendezvous._host_joined();
+CREATE TRIGGER hosts_hash_dropped AFTER DELETE ON rendezvous.hosts
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._hosts_left();
+CREATE TRIGGER hosts_hashes_dropped AFTER TRUNCATE ON rendezvous.hosts
+    FOR EACH STATEMENT EXECUTE FUNCTION rendezvous._hosts_left();
 
 -- Refuses what the native edition refuses before reading a hosts array: k below 0 (22023), an
 -- array over 16 MiB or 100,000 elements (54000).
@@ -277,7 +372,7 @@ BEGIN
     ELSIF octet_length(host) > 1048576 THEN
         RAISE EXCEPTION 'host is % bytes; the limit is 1048576', octet_length(host) USING ERRCODE = '54000';
     END IF;
-    RETURN rendezvous._combine(kh, rendezvous._host_hash(host));
+    RETURN (rendezvous._scores(kh, ARRAY[rendezvous._host_hash(host)]))[1];
 END
 $$;
 
@@ -287,12 +382,14 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     kh bigint := rendezvous._key_hash(key);
+    distinct_hosts text[];
 BEGIN
     PERFORM rendezvous._check_hrw_input(hosts, k);
     IF hosts IS NULL THEN
         RETURN '{}'::text[];
     END IF;
-    RETURN rendezvous._hrw_order(kh, ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL), NULL, k);
+    distinct_hosts := ARRAY(SELECT DISTINCT h FROM unnest(hosts) h WHERE h IS NOT NULL);
+    RETURN rendezvous._hrw_order(kh, distinct_hosts, rendezvous._host_hashes_of(distinct_hosts), NULL, k);
 END
 $$;
 
@@ -307,17 +404,18 @@ DECLARE
 BEGIN
     PERFORM rendezvous._check_hrw_input(NULL, k);
     s := rendezvous._weighted_set(hosts, weights);
-    RETURN rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, k);
+    RETURN rendezvous._hrw_order(kh, s.set_hosts, rendezvous._host_hashes_of(s.set_hosts), s.set_ratios, k);
 END
 $$;
 
--- The winner is the first of the ranking: the same checks, the same order.
+-- The winner is the first of the ranking: the same checks, the same order. (PL/pgSQL rather
+-- than SQL here and below: a SQL function with a SET clause is planned again at every call.)
 CREATE FUNCTION rendezvous.winner(key text, hosts text[]) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT (rendezvous.ranked(key, hosts, 1))[1] $$;
+AS $$ BEGIN RETURN (rendezvous.ranked(key, hosts, 1))[1]; END $$;
 
 CREATE FUNCTION rendezvous.winner(key text, hosts text[], weights double precision[]) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT (rendezvous.ranked(key, hosts, weights, 1))[1] $$;
+AS $$ BEGIN RETURN (rendezvous.ranked(key, hosts, weights, 1))[1]; END $$;

@@ -9,20 +9,22 @@ CREATE FUNCTION rendezvous._leader_lock_space() RETURNS integer
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT 2 $$;
 
--- Key 1 of every leader lock: the OID of rendezvous.leaders, as an integer (wrapped).
+-- Key 1 of every leader lock: the OID of rendezvous.leaders, as an integer (wrapped). No SET
+-- clause, so callers inline it: nothing in it goes by the search path (a qualified name, casts).
 CREATE FUNCTION rendezvous._leader_lock_key() RETURNS integer
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ('rendezvous.leaders'::regclass::oid::bigint::bit(32))::integer $$;
 
 -- Whether backend holder_pid holds lock lock_id (from pg_locks).
 CREATE FUNCTION rendezvous._leader_lock_held(lock_id integer, holder_pid integer) RETURNS boolean
-LANGUAGE sql VOLATILE PARALLEL UNSAFE
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce(holder_pid IS NOT NULL AND EXISTS (
+BEGIN
+    RETURN coalesce(holder_pid IS NOT NULL AND EXISTS (
         SELECT 1 FROM rendezvous.leader_locks k
-         WHERE k.lock_id = _leader_lock_held.lock_id AND k.pid = holder_pid AND k.granted), false)
+         WHERE k.lock_id = _leader_lock_held.lock_id AND k.pid = holder_pid AND k.granted), false);
+END
 $$;
 
 -- Records a holder's confirmation (and the term's lease), waiting for synchronous replication

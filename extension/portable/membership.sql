@@ -2,28 +2,36 @@
 -- (default staleness). The native edition reads the set once a statement; this one reads it
 -- on every call (docs/operations.md, the portable edition's differences).
 
--- The live hosts as a weighted set: (set_hosts, set_ratios) of _weighted_set.
-CREATE FUNCTION rendezvous._live_set(OUT set_hosts text[], OUT set_ratios double precision[])
+-- The live hosts (default staleness, as live_members) with their hashes (kept ones from
+-- rendezvous._host_hashes) and their ratios to the largest weight (NULL when every weight is the
+-- same). The table's constraints already refuse what _weighted_set checks.
+CREATE FUNCTION rendezvous._live_set(OUT set_hosts text[], OUT set_hashes bigint[],
+                                     OUT set_ratios double precision[])
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    hosts text[];
     weights double precision[];
-    s record;
+    smallest double precision;
+    largest double precision;
 BEGIN
-    SELECT coalesce(array_agg(m.host_id), '{}'), coalesce(array_agg(m.weight), '{}') INTO hosts, weights
-      FROM rendezvous.live_members() m;
-    s := rendezvous._weighted_set(hosts, weights);
-    set_hosts := s.set_hosts;
-    set_ratios := s.set_ratios;
+    SELECT coalesce(array_agg(h.host_id), '{}'),
+           coalesce(array_agg(coalesce(x.hash, rendezvous._host_hash(h.host_id))), '{}'),
+           array_agg(h.weight), min(h.weight), max(h.weight)
+      INTO set_hosts, set_hashes, weights, smallest, largest
+      FROM rendezvous.hosts h
+      LEFT JOIN rendezvous._host_hashes x ON x.host_id = h.host_id
+     WHERE h.last_seen > clock_timestamp() - rendezvous.default_staleness();
+    IF smallest < largest THEN
+        set_ratios := ARRAY(SELECT w / largest FROM unnest(weights) WITH ORDINALITY AS r(w, ord) ORDER BY r.ord);
+    END IF;
 END
 $$;
 
 CREATE FUNCTION rendezvous.winner(key text) RETURNS text
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT (rendezvous.ranked(key, 1))[1] $$;
+AS $$ BEGIN RETURN (rendezvous.ranked(key, 1))[1]; END $$;
 
 CREATE FUNCTION rendezvous.ranked(key text, k integer) RETURNS text[]
 LANGUAGE plpgsql VOLATILE
@@ -35,6 +43,6 @@ DECLARE
 BEGIN
     PERFORM rendezvous._check_hrw_input(NULL, k);
     s := rendezvous._live_set();
-    RETURN rendezvous._hrw_order(kh, s.set_hosts, s.set_ratios, k);
+    RETURN rendezvous._hrw_order(kh, s.set_hosts, s.set_hashes, s.set_ratios, k);
 END
 $$;

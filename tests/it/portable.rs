@@ -246,3 +246,73 @@ async fn the_client_runs_against_the_portable_edition_unchanged() {
         .get(0);
     assert_eq!(leading, 1);
 }
+
+/// The portable edition keeps each host's HRW hash (rendezvous._host_hashes, written when the
+/// host joins) so winner and ranked do not recompute it. Kept or not, the answers are the
+/// crate's: a missing row costs time, not a different winner; a leave or TRUNCATE drops rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn kept_host_hashes_follow_the_hosts_and_never_change_an_answer() {
+    let db = portable_db("portable_hashes").await;
+    let client = db.connect().await;
+    let hosts: Vec<String> = (0..300).map(|i| format!("host-{i}")).collect();
+    client
+        .execute("SELECT count(rendezvous.heartbeat(h)) FROM unnest($1::text[]) h", &[&hosts])
+        .await
+        .unwrap();
+    let kept = |sql: &'static str| {
+        let client = &client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(kept("SELECT count(*) FROM rendezvous._host_hashes").await, 300);
+    let wrong: i64 = kept(
+        "SELECT count(*) FROM rendezvous._host_hashes x WHERE x.hash <> rendezvous._host_hash(x.host_id)",
+    )
+    .await;
+    assert_eq!(wrong, 0);
+    let keys: Vec<String> = (0..400).map(|i| format!("job-{i}")).collect();
+    let expected: Vec<String> = keys
+        .iter()
+        .map(|k| rendezvous_hrw::winner_of(k, hosts.iter().map(String::as_str)).unwrap().to_owned())
+        .collect();
+    // Each key's answer, in the keys' order; $2 is the hosts array where a form takes one.
+    let winners = |sql: &'static str| {
+        let (client, keys, hosts) = (&client, &keys, &hosts);
+        async move {
+            let rows = if sql.contains("$2") {
+                client.query(sql, &[keys, hosts]).await
+            } else {
+                client.query(sql, &[keys]).await
+            };
+            rows.unwrap().iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>()
+        }
+    };
+    let live = "SELECT rendezvous.winner(k) FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
+    let listed = "SELECT rendezvous.winner(k, $2::text[]) FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
+    let first_of_ranked =
+        "SELECT (rendezvous.ranked(k, 3))[1] FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
+    assert_eq!(winners(live).await, expected, "winner(key) over the live set");
+    assert_eq!(winners(listed).await, expected, "winner(key, hosts)");
+    assert_eq!(winners(first_of_ranked).await, expected, "ranked(key, 3)");
+    // Half the kept hashes gone: the same answers, computed.
+    client.execute("DELETE FROM rendezvous._host_hashes WHERE host_id LIKE '%1' OR host_id LIKE '%3'", &[]).await.unwrap();
+    assert!(kept("SELECT count(*) FROM rendezvous._host_hashes").await < 300);
+    assert_eq!(winners(live).await, expected, "winner(key) with hashes missing");
+    assert_eq!(winners(listed).await, expected, "winner(key, hosts) with hashes missing");
+    // Weighted: a third of the hosts at weight 3, over the live set.
+    client
+        .execute("SELECT count(rendezvous.heartbeat(h, 3)) FROM unnest($1::text[]) h WHERE h LIKE '%2'", &[&hosts])
+        .await
+        .unwrap();
+    let set = rendezvous_hrw::HostSet::weighted(
+        hosts.iter().map(|h| (h.as_str(), if h.ends_with('2') { 3.0 } else { 1.0 })),
+    )
+    .unwrap();
+    let expected: Vec<String> = keys.iter().map(|k| set.winner(k).unwrap().to_owned()).collect();
+    assert_eq!(winners(live).await, expected, "winner(key) over a weighted live set");
+    assert_eq!(winners(first_of_ranked).await, expected, "ranked(key, 3) over a weighted live set");
+    // A leave drops the host's row; a TRUNCATE of the hosts, all of them.
+    client.execute("SELECT rendezvous.leave('host-0')", &[]).await.unwrap();
+    assert_eq!(kept("SELECT count(*) FROM rendezvous._host_hashes WHERE host_id = 'host-0'").await, 0);
+    client.execute("TRUNCATE rendezvous.hosts", &[]).await.unwrap();
+    assert_eq!(kept("SELECT count(*) FROM rendezvous._host_hashes").await, 0);
+}
