@@ -72,7 +72,8 @@ package_extension() {
   done
   # The portable edition (no library: docs/operations.md), made from this install script.
   cargo run --quiet -p rendezvous-sqlgen -- portable "$extdir/pg_rendezvous.control" \
-    "$extdir/pg_rendezvous--$version.sql" "$ROOT_DIR/extension/portable" "$out/portable" >&2 || return 1
+    "$extdir/pg_rendezvous--$version.sql" "$ROOT_DIR/sql/migrations" "$ROOT_DIR/extension/portable" \
+    "$out/portable" >&2 || return 1
   echo "$out"
 }
 

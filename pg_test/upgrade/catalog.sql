@@ -1,5 +1,6 @@
 -- Everything pg_rendezvous puts in a database's catalog, as sorted text: the upgrade test runs
--- it in a database upgraded from the oldest release and in a fresh install, and diffs the two.
+-- it in a database upgraded from the oldest release and in a fresh install, and diffs the two
+-- (the portable edition's upgrade test too: without an extension, what its schema holds).
 -- Data (rows, sequence values) is left out; owners too (whoever installs owns).
 \pset format unaligned
 \pset tuples_only on
@@ -10,6 +11,19 @@ WITH ext AS (
     SELECT d.classid, d.objid
       FROM pg_catalog.pg_depend d JOIN ext ON d.refobjid = ext.oid
      WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.deptype = 'e'
+    -- No extension (the portable edition installed with psql): what schema rendezvous holds.
+    UNION ALL
+    SELECT 'pg_catalog.pg_proc'::regclass, p.oid FROM pg_catalog.pg_proc p
+     WHERE p.pronamespace = 'rendezvous'::regnamespace AND NOT EXISTS (SELECT FROM ext)
+    UNION ALL
+    SELECT 'pg_catalog.pg_class'::regclass, c.oid FROM pg_catalog.pg_class c
+     WHERE c.relnamespace = 'rendezvous'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+       AND NOT EXISTS (SELECT FROM ext)
+    UNION ALL
+    SELECT 'pg_catalog.pg_type'::regclass, t.oid FROM pg_catalog.pg_type t
+      LEFT JOIN pg_catalog.pg_class c ON c.oid = t.typrelid
+     WHERE t.typnamespace = 'rendezvous'::regnamespace AND t.typcategory <> 'A' AND (t.typrelid = 0 OR c.relkind = 'c')
+       AND NOT EXISTS (SELECT FROM ext)
 ), rels AS (
     SELECT c.* FROM pg_catalog.pg_class c JOIN members m ON m.classid = 'pg_catalog.pg_class'::regclass AND m.objid = c.oid
 ), procs AS (

@@ -25,11 +25,15 @@ fn main() -> ExitCode {
         ["upgrade", control, install, migration, output] => {
             generate_upgrade(Path::new(control), Path::new(install), Path::new(migration), Path::new(output))
         }
-        ["portable", control, install, sources, output] => {
-            generate_portable(Path::new(control), Path::new(install), Path::new(sources), Path::new(output))
-        }
+        ["portable", control, install, migrations, sources, output] => generate_portable(
+            Path::new(control),
+            Path::new(install),
+            Path::new(migrations),
+            Path::new(sources),
+            Path::new(output),
+        ),
         _ => Err("usage: sqlgen upgrade CONTROL INSTALL MIGRATION OUTPUT\n       \
-                  sqlgen portable CONTROL INSTALL PORTABLE_DIR OUTPUT_DIR"
+                  sqlgen portable CONTROL INSTALL MIGRATIONS_DIR PORTABLE_DIR OUTPUT_DIR"
             .to_string()),
     };
     match result {
@@ -58,7 +62,16 @@ fn control_setting(control: &Path, text: &str, name: &str) -> Result<String, Str
         .ok_or_else(|| format!("{}: no {name} = '…' line", control.display()))
 }
 
-fn generate_portable(control: &Path, install: &Path, sources: &Path, output: &Path) -> Result<(), String> {
+/// The portable edition of the version `install` makes, from the portable sources: its
+/// install script in both forms, and an upgrade in both forms for each portable migration
+/// `PORTABLE_DIR/migrations/FROM--VERSION.sql` (with the native `MIGRATIONS_DIR/FROM--VERSION.sql`).
+fn generate_portable(
+    control: &Path,
+    install: &Path,
+    migrations: &Path,
+    sources: &Path,
+    output: &Path,
+) -> Result<(), String> {
     let extension = extension_name(control)?;
     let control_text = read(control)?;
     let schema = control_setting(control, &control_text, "schema")?;
@@ -72,24 +85,60 @@ fn generate_portable(control: &Path, install: &Path, sources: &Path, output: &Pa
         .ok_or_else(|| {
             format!("{}: an install script is named {extension}--VERSION.sql", install.display())
         })?;
-    let mut files: Vec<_> = std::fs::read_dir(sources)
-        .map_err(|e| format!("{}: {e}", sources.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
-        .collect();
-    files.sort();
-    let sources = files
+    let sources_read = sql_files(sources)?
         .iter()
         .map(|p| Ok(portable::Source { name: p.display().to_string(), text: read(p)? }))
         .collect::<Result<Vec<_>, String>>()?;
     let scripts =
-        portable::portable_scripts(extension, &schema, version, &comment, &read(install)?, &sources)?;
+        portable::portable_scripts(extension, &schema, version, &comment, &read(install)?, &sources_read)?;
     std::fs::create_dir_all(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    write_forms(output, &format!("{extension}-{version}"), &scripts)?;
+    for portable_migration in sql_files(&sources.join("migrations"))? {
+        let name = portable_migration.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        let from = name.strip_suffix(&format!("--{version}.sql")).ok_or_else(|| {
+            format!("{}: a portable migration is named FROM--{version}.sql", portable_migration.display())
+        })?;
+        let migration = migrations.join(&name);
+        let step = portable::Step {
+            from: from.to_string(),
+            to: version.to_string(),
+            migration: portable::Source {
+                name: format!("sql/migrations/{name}"),
+                text: read(&migration).map_err(|e| format!("{e} (the native migration of {name})"))?,
+            },
+            portable_migration: portable::Source {
+                name: format!("portable/migrations/{name}"),
+                text: read(&portable_migration)?,
+            },
+        };
+        let upgrade =
+            portable::portable_upgrade_scripts(extension, &schema, &step, &read(install)?, &sources_read)?;
+        write_forms(output, &format!("{extension}-{from}--{version}"), &upgrade)?;
+    }
+    Ok(())
+}
+
+/// Writes `PREFIX-portable.sql` and `PREFIX-pg_tle.sql`.
+fn write_forms(output: &Path, prefix: &str, scripts: &portable::Portable) -> Result<(), String> {
     for (name, text) in [("portable", &scripts.psql), ("pg_tle", &scripts.pg_tle)] {
-        let path = output.join(format!("{extension}-{version}-{name}.sql"));
+        let path = output.join(format!("{prefix}-{name}.sql"));
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// The `.sql` files of a directory, sorted (none if it does not exist).
+fn sql_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort();
+    Ok(files)
 }
 
 fn generate_upgrade(control: &Path, install: &Path, migration: &Path, output: &Path) -> Result<(), String> {

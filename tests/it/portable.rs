@@ -287,20 +287,27 @@ async fn kept_host_hashes_follow_the_hosts_and_never_change_an_answer() {
         }
     };
     let live = "SELECT rendezvous.winner(k) FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
-    let listed = "SELECT rendezvous.winner(k, $2::text[]) FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
+    let listed =
+        "SELECT rendezvous.winner(k, $2::text[]) FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
     let first_of_ranked =
         "SELECT (rendezvous.ranked(k, 3))[1] FROM unnest($1::text[]) WITH ORDINALITY u(k, o) ORDER BY o";
     assert_eq!(winners(live).await, expected, "winner(key) over the live set");
     assert_eq!(winners(listed).await, expected, "winner(key, hosts)");
     assert_eq!(winners(first_of_ranked).await, expected, "ranked(key, 3)");
     // Half the kept hashes gone: the same answers, computed.
-    client.execute("DELETE FROM rendezvous._host_hashes WHERE host_id LIKE '%1' OR host_id LIKE '%3'", &[]).await.unwrap();
+    client
+        .execute("DELETE FROM rendezvous._host_hashes WHERE host_id LIKE '%1' OR host_id LIKE '%3'", &[])
+        .await
+        .unwrap();
     assert!(kept("SELECT count(*) FROM rendezvous._host_hashes").await < 300);
     assert_eq!(winners(live).await, expected, "winner(key) with hashes missing");
     assert_eq!(winners(listed).await, expected, "winner(key, hosts) with hashes missing");
     // Weighted: a third of the hosts at weight 3, over the live set.
     client
-        .execute("SELECT count(rendezvous.heartbeat(h, 3)) FROM unnest($1::text[]) h WHERE h LIKE '%2'", &[&hosts])
+        .execute(
+            "SELECT count(rendezvous.heartbeat(h, 3)) FROM unnest($1::text[]) h WHERE h LIKE '%2'",
+            &[&hosts],
+        )
         .await
         .unwrap();
     let set = rendezvous_hrw::HostSet::weighted(
