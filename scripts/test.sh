@@ -11,7 +11,7 @@
 #      user); install the extension into that major, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
 #      specs), the same suites against the portable edition (installed by a database owner
-#      that is not superuser), the upgrade test (pg_test/upgrade/) and the Rust integration
+#      that is not superuser) and its upgrade in both forms, the upgrade test (pg_test/upgrade/) and the Rust integration
 #      tests under tests/;
 #      on 15, also the CLI's tests (a short `rendezvous fleet --chaos` that must PASS, the fleet
 #      across a pg_auto_failover failover, TLS, the dashboard)
