@@ -17,7 +17,8 @@
 # Retention: admissions (spawn_run at 200 a second from 4 clients) timed before, during and
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
-# 0.2.0 could, by purge_runs and purge_firings (one statement each).
+# 0.2.0 could, by purge_runs and purge_firings (one statement each); then again by
+# `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
@@ -152,6 +153,19 @@ SQL
   wal=$(wal_since "$lsn")
   after=$(admissions 20)
   echo "| purge_firings + purge_runs (one statement each, 0.2.0) | $before | $during (20 s around it) | $after | $took s | $wal |"
+  # An operator's purge now: the bounded purges, runs then firings, a step every 50 ms.
+  old_history "$retention_rows"
+  before=$(admissions 20)
+  lsn=$(wal_lsn)
+  start=$(date +%s%N)
+  "$RENDEZVOUS" admin --database-url "$DATABASE_URL" purge --older-than '1 day' >/dev/null &
+  pruner=$!
+  during=$(admissions $((retention_rows / 1000 * 60 / 1000 + 1)))
+  wait "$pruner"
+  took=$(( ($(date +%s%N) - start) / 1000000000 ))
+  wal=$(wal_since "$lsn")
+  after=$(admissions 20)
+  echo "| rendezvous admin purge --older-than '1 day' (purge_runs/purge_firings(…, 1000) every 50 ms) | $before | $during | $after | $took s | $wal |"
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
 }
 

@@ -3,6 +3,7 @@
 //! idempotent, and refuses clearly (exit status 1) when its target does not exist.
 use std::time::{Duration, SystemTime};
 
+use rendezvous_client::retention::{BATCH as PURGE_STEP, PAUSE as PURGE_PAUSE};
 use tokio_postgres::Client;
 
 /// The actions.
@@ -32,7 +33,7 @@ pub enum AdminAction {
         fire_at: String,
     },
     /// Delete finished runs and firings older than an age (rendezvous.purge_runs and
-    /// rendezvous.purge_firings)
+    /// rendezvous.purge_firings), in steps of 1,000 rows 50 ms apart
     Purge {
         /// The age, as PostgreSQL reads an interval ('7 days', '12 hours')
         #[arg(long = "older-than", value_name = "INTERVAL")]
@@ -124,17 +125,24 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
             }
         }
         AdminAction::Purge { older_than } => {
-            let runs: i64 = client
-                .query_one("SELECT rendezvous.purge_runs($1::text::interval)", &[older_than])
-                .await
-                .map_err(e)?
-                .get(0);
-            let firings: i64 = client
-                .query_one("SELECT rendezvous.purge_firings($1::text::interval)", &[older_than])
-                .await
-                .map_err(e)?
-                .get(0);
-            Ok(format!("purged {runs} finished runs and {firings} finished firings older than {older_than}"))
+            // In retention's bounded steps (short transactions, paused between), so a purge of
+            // millions of rows does not hold up the fleet's commits.
+            let mut purged = [0i64; 2];
+            for (total, function) in purged.iter_mut().zip(["purge_runs", "purge_firings"]) {
+                let sql = format!("SELECT rendezvous.{function}($1::text::interval, $2)");
+                loop {
+                    let n: i64 = client.query_one(&sql, &[older_than, &PURGE_STEP]).await.map_err(e)?.get(0);
+                    *total += n;
+                    if n < i64::from(PURGE_STEP) {
+                        break;
+                    }
+                    tokio::time::sleep(PURGE_PAUSE).await;
+                }
+            }
+            Ok(format!(
+                "purged {} finished runs and {} finished firings older than {older_than}",
+                purged[0], purged[1]
+            ))
         }
         AdminAction::StepDown { group, reason } => {
             let row = client

@@ -125,10 +125,14 @@ GRANT EXECUTE ON FUNCTION rendezvous.purge_runs(interval), rendezvous.purge_firi
 ALTER FUNCTION rendezvous.prune(integer) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.set_retention(text, interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.reset_retention(text) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_runs(interval, integer) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.purge_firings(interval, integer) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.prune(integer), rendezvous.set_retention(text, interval),
-    rendezvous.reset_retention(text) FROM PUBLIC;
+    rendezvous.reset_retention(text), rendezvous.purge_runs(interval, integer),
+    rendezvous.purge_firings(interval, integer), rendezvous._delete_step(text, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.prune(integer) TO rendezvous_host;
-GRANT EXECUTE ON FUNCTION rendezvous.set_retention(text, interval), rendezvous.reset_retention(text) TO rendezvous_admin;
+GRANT EXECUTE ON FUNCTION rendezvous.set_retention(text, interval), rendezvous.reset_retention(text),
+    rendezvous.purge_runs(interval, integer), rendezvous.purge_firings(interval, integer) TO rendezvous_admin;
 GRANT SELECT ON rendezvous.retention_settings TO rendezvous_observer;
 
 -- The scheduler (0.2.0). Hosts register their tasks' schedules at startup and run them;

@@ -61,10 +61,61 @@ AS $$
 $$;
 COMMENT ON FUNCTION rendezvous.reset_retention(text) IS 'Returns kind to its default retention.';
 
--- One bounded step of retention: at most max_rows of each kind, oldest first, through the
--- indexes on completed_at, failed_at, the runs' updated_at and the hosts' last_seen. Rows
--- another session has locked are skipped, so concurrent callers share the work. A caller that
--- got max_rows of a kind back calls again (after a pause: the scheduler does).
+-- Refuses a step size out of 1 to 100,000.
+CREATE FUNCTION rendezvous._check_max_rows(max_rows integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 100000 THEN
+        RAISE EXCEPTION 'max_rows must be 1 to 100000 (got %)', coalesce(max_rows::text, 'NULL')
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+
+-- One bounded step of deleting one kind (firings, runs or hosts): at most max_rows rows older
+-- than cutoff, finished ones only, oldest first, through the indexes on completed_at,
+-- failed_at, the runs' updated_at and the hosts' last_seen. Rows another session has locked are
+-- skipped, so concurrent callers share the work. Retention (prune) and the bounded purges
+-- share it.
+CREATE FUNCTION rendezvous._delete_step(kind text, cutoff timestamptz, max_rows integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n bigint;
+    m bigint;
+BEGIN
+    -- cutoff is a value, not an expression: the planner reads each index from its start.
+    IF kind = 'firings' THEN
+        DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
+            SELECT g.firing_key FROM rendezvous.firings g WHERE g.completed_at < cutoff
+             ORDER BY g.completed_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS n = ROW_COUNT;
+        DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
+            SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff
+             ORDER BY g.failed_at LIMIT max_rows - n FOR UPDATE SKIP LOCKED));
+        GET DIAGNOSTICS m = ROW_COUNT;
+        RETURN n + m;
+    ELSIF kind = 'runs' THEN
+        DELETE FROM rendezvous.runs r WHERE r.run_id = ANY (ARRAY(
+            SELECT q.run_id FROM rendezvous.runs q
+             WHERE q.state IN ('succeeded', 'failed', 'cancelled') AND q.updated_at < cutoff
+             ORDER BY q.updated_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
+    ELSE
+        DELETE FROM rendezvous.hosts h WHERE h.host_id = ANY (ARRAY(
+            SELECT x.host_id FROM rendezvous.hosts x WHERE x.last_seen < cutoff
+             ORDER BY x.last_seen LIMIT max_rows FOR UPDATE SKIP LOCKED));
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- One bounded step of retention: at most max_rows of each kind older than its setting (see
+-- _delete_step). A caller that got max_rows of a kind back calls again (after a pause: the
+-- scheduler does).
 CREATE FUNCTION rendezvous.prune(max_rows integer DEFAULT 1000)
 RETURNS TABLE (kind text, deleted bigint)
 LANGUAGE plpgsql VOLATILE
@@ -73,44 +124,43 @@ AS $$
 #variable_conflict use_column
 DECLARE
     s record;
-    cutoff timestamptz;
-    n bigint;
-    m bigint;
 BEGIN
-    IF max_rows IS NULL OR max_rows < 1 OR max_rows > 100000 THEN
-        RAISE EXCEPTION 'max_rows must be 1 to 100000 (got %)', coalesce(max_rows::text, 'NULL')
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM rendezvous._check_max_rows(max_rows);
     FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
-        -- A value, not an expression: the planner then reads the index from its start.
-        cutoff := clock_timestamp() - s.keep;
-        IF s.kind = 'firings' THEN
-            DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
-                SELECT g.firing_key FROM rendezvous.firings g WHERE g.completed_at < cutoff
-                 ORDER BY g.completed_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
-            GET DIAGNOSTICS n = ROW_COUNT;
-            DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
-                SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff
-                 ORDER BY g.failed_at LIMIT max_rows - n FOR UPDATE SKIP LOCKED));
-            GET DIAGNOSTICS m = ROW_COUNT;
-            n := n + m;
-        ELSIF s.kind = 'runs' THEN
-            DELETE FROM rendezvous.runs r WHERE r.run_id = ANY (ARRAY(
-                SELECT q.run_id FROM rendezvous.runs q
-                 WHERE q.state IN ('succeeded', 'failed', 'cancelled') AND q.updated_at < cutoff
-                 ORDER BY q.updated_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
-            GET DIAGNOSTICS n = ROW_COUNT;
-        ELSE
-            DELETE FROM rendezvous.hosts h WHERE h.host_id = ANY (ARRAY(
-                SELECT x.host_id FROM rendezvous.hosts x WHERE x.last_seen < cutoff
-                 ORDER BY x.last_seen LIMIT max_rows FOR UPDATE SKIP LOCKED));
-            GET DIAGNOSTICS n = ROW_COUNT;
-        END IF;
         kind := s.kind;
-        deleted := n;
+        deleted := rendezvous._delete_step(s.kind, clock_timestamp() - s.keep, max_rows);
         RETURN NEXT;
     END LOOP;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.prune(integer) IS
     'One bounded step of retention: deletes at most max_rows finished firings, finished runs and dead hosts older than their retention_settings, oldest first; returns how many of each. Call again while a kind returns max_rows.';
+
+-- The purges in bounded steps: at most max_rows finished runs (firings) older than older_than,
+-- oldest first; call again while a call returns max_rows (`rendezvous admin purge` does, with
+-- pauses). A large age deleted at once by purge_runs(older_than) is one long transaction.
+CREATE FUNCTION rendezvous.purge_runs(older_than interval, max_rows integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_older_than(older_than);
+    PERFORM rendezvous._check_max_rows(max_rows);
+    RETURN rendezvous._delete_step('runs', clock_timestamp() - older_than, max_rows);
+END
+$$;
+COMMENT ON FUNCTION rendezvous.purge_runs(interval, integer) IS
+    'One bounded step of purge_runs: deletes at most max_rows finished runs last updated more than older_than ago, oldest first; call again while it returns max_rows.';
+
+CREATE FUNCTION rendezvous.purge_firings(older_than interval, max_rows integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_older_than(older_than);
+    PERFORM rendezvous._check_max_rows(max_rows);
+    RETURN rendezvous._delete_step('firings', clock_timestamp() - older_than, max_rows);
+END
+$$;
+COMMENT ON FUNCTION rendezvous.purge_firings(interval, integer) IS
+    'One bounded step of purge_firings: deletes at most max_rows firings completed (or failed for good) longer than older_than ago, oldest first; call again while it returns max_rows.';

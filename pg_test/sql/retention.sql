@@ -41,6 +41,25 @@ SELECT firing_key FROM rendezvous.firings ORDER BY 1;
 SELECT state, count(*) FROM rendezvous.runs GROUP BY state ORDER BY 1;
 SELECT host_id FROM rendezvous.hosts ORDER BY 1;
 
+-- The purges in bounded steps: finished rows older than the age only, at most max_rows a call,
+-- oldest first (two runs finished 8 days ago, one now, one pending).
+INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
+VALUES ('t', 'old-1', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days' - interval '1 s'),
+       ('t', 'old-2', '{}', 'failed', now() - interval '9 days', now() - interval '8 days');
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
+VALUES ('old-a', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days' - interval '1 s'),
+       ('old-b', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days');
+SELECT rendezvous.purge_runs('1 day', 1) AS step_1;
+SELECT array_agg(workflow_ref ORDER BY workflow_ref) AS left_1 FROM rendezvous.runs;
+SELECT rendezvous.purge_runs('1 day', 1) AS step_2, rendezvous.purge_runs('1 day', 1) AS step_3;
+SELECT rendezvous.purge_firings('1 day', 1) AS step_1;
+SELECT array_agg(firing_key ORDER BY firing_key) AS left_1 FROM rendezvous.firings;
+SELECT rendezvous.purge_firings('1 day', 5) AS step_2;
+SELECT state, count(*) FROM rendezvous.runs GROUP BY state ORDER BY 1;
+SELECT regress.err($$SELECT rendezvous.purge_runs('1 day', 0)$$);
+SELECT regress.err($$SELECT rendezvous.purge_firings('1 day', NULL)$$);
+SELECT regress.err($$SELECT rendezvous.purge_firings('-1 day', 10)$$);
+
 -- Kept for ever, or shorter: a setting per kind; reset returns to the default.
 SELECT rendezvous.set_retention('firings', NULL), rendezvous.set_retention('runs', '1 hour');
 SELECT kind, keep, is_default FROM rendezvous.retention_settings ORDER BY kind;
@@ -57,6 +76,8 @@ GRANT rendezvous_host TO rendezvous_regress_keeper;
 SET ROLE rendezvous_regress_keeper;
 SELECT count(*) FROM rendezvous.prune(10);
 SELECT regress.err($$SELECT rendezvous.set_retention('runs', '1 day')$$);
+SELECT regress.err($$SELECT rendezvous.purge_runs('1 day', 10)$$);
+SELECT regress.err($$SELECT rendezvous._delete_step('runs', now(), 10)$$);
 SELECT regress.err($$SELECT * FROM rendezvous.retention$$);
 RESET ROLE;
 DROP ROLE rendezvous_regress_keeper;
