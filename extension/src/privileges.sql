@@ -129,7 +129,7 @@ ALTER FUNCTION rendezvous.purge_runs(interval, integer) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_firings(interval, integer) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.prune(integer), rendezvous.set_retention(text, interval),
     rendezvous.reset_retention(text), rendezvous.purge_runs(interval, integer),
-    rendezvous.purge_firings(interval, integer), rendezvous._delete_step(text, timestamptz, integer) FROM PUBLIC;
+    rendezvous.purge_firings(interval, integer), rendezvous._delete_step(text, interval, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.prune(integer) TO rendezvous_host;
 GRANT EXECUTE ON FUNCTION rendezvous.set_retention(text, interval), rendezvous.reset_retention(text),
     rendezvous.purge_runs(interval, integer), rendezvous.purge_firings(interval, integer) TO rendezvous_admin;

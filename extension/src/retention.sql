@@ -75,19 +75,22 @@ END
 $$;
 
 -- One bounded step of deleting one kind (firings, runs or hosts): at most max_rows rows older
--- than cutoff, finished ones only, oldest first, through the indexes on completed_at,
+-- than older_than, finished ones only, oldest first, through the indexes on completed_at,
 -- failed_at, the runs' updated_at and the hosts' last_seen. Rows another session has locked are
 -- skipped, so concurrent callers share the work. Retention (prune) and the bounded purges
 -- share it.
-CREATE FUNCTION rendezvous._delete_step(kind text, cutoff timestamptz, max_rows integer) RETURNS bigint
+CREATE FUNCTION rendezvous._delete_step(kind text, older_than interval, max_rows integer) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    -- A value, not an expression: the planner then reads each index from its start.
+    cutoff timestamptz := clock_timestamp() - older_than;
     n bigint;
     m bigint;
 BEGIN
-    -- cutoff is a value, not an expression: the planner reads each index from its start.
+    PERFORM rendezvous._check_older_than(older_than);
+    PERFORM rendezvous._check_max_rows(max_rows);
     IF kind = 'firings' THEN
         DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
             SELECT g.firing_key FROM rendezvous.firings g WHERE g.completed_at < cutoff
@@ -128,7 +131,7 @@ BEGIN
     PERFORM rendezvous._check_max_rows(max_rows);
     FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
         kind := s.kind;
-        deleted := rendezvous._delete_step(s.kind, clock_timestamp() - s.keep, max_rows);
+        deleted := rendezvous._delete_step(s.kind, s.keep, max_rows);
         RETURN NEXT;
     END LOOP;
 END
@@ -140,27 +143,15 @@ COMMENT ON FUNCTION rendezvous.prune(integer) IS
 -- oldest first; call again while a call returns max_rows (`rendezvous admin purge` does, with
 -- pauses). A large age deleted at once by purge_runs(older_than) is one long transaction.
 CREATE FUNCTION rendezvous.purge_runs(older_than interval, max_rows integer) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM rendezvous._check_older_than(older_than);
-    PERFORM rendezvous._check_max_rows(max_rows);
-    RETURN rendezvous._delete_step('runs', clock_timestamp() - older_than, max_rows);
-END
-$$;
+AS $$ SELECT rendezvous._delete_step('runs', older_than, max_rows) $$;
 COMMENT ON FUNCTION rendezvous.purge_runs(interval, integer) IS
     'One bounded step of purge_runs: deletes at most max_rows finished runs last updated more than older_than ago, oldest first; call again while it returns max_rows.';
 
 CREATE FUNCTION rendezvous.purge_firings(older_than interval, max_rows integer) RETURNS bigint
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    PERFORM rendezvous._check_older_than(older_than);
-    PERFORM rendezvous._check_max_rows(max_rows);
-    RETURN rendezvous._delete_step('firings', clock_timestamp() - older_than, max_rows);
-END
-$$;
+AS $$ SELECT rendezvous._delete_step('firings', older_than, max_rows) $$;
 COMMENT ON FUNCTION rendezvous.purge_firings(interval, integer) IS
     'One bounded step of purge_firings: deletes at most max_rows firings completed (or failed for good) longer than older_than ago, oldest first; call again while it returns max_rows.';

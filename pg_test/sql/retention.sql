@@ -77,7 +77,7 @@ SET ROLE rendezvous_regress_keeper;
 SELECT count(*) FROM rendezvous.prune(10);
 SELECT regress.err($$SELECT rendezvous.set_retention('runs', '1 day')$$);
 SELECT regress.err($$SELECT rendezvous.purge_runs('1 day', 10)$$);
-SELECT regress.err($$SELECT rendezvous._delete_step('runs', now(), 10)$$);
+SELECT regress.err($$SELECT rendezvous._delete_step('runs', '1 day', 10)$$);
 SELECT regress.err($$SELECT * FROM rendezvous.retention$$);
 RESET ROLE;
 DROP ROLE rendezvous_regress_keeper;
