@@ -145,7 +145,8 @@ ALTER FUNCTION rendezvous.due_firings(integer) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.next_due_at() SECURITY DEFINER;
 ALTER FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer, integer),
-    rendezvous._make_task_firings(timestamptz, integer, text, integer) FROM PUBLIC;
+    rendezvous._make_task_firings(timestamptz, integer, text, integer),
+    rendezvous._unmake_ahead(text, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
     rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text),

@@ -44,6 +44,8 @@ COMMENT ON COLUMN rendezvous.tasks.skipped IS
     'Fire times that never became firings (catch-up or overlap policy), counted up to 100,000 a pass.';
 -- What due_firings reads each poll: only tasks whose time has come, never all of them.
 CREATE INDEX tasks_due ON rendezvous.tasks (next_fire_at) WHERE NOT paused;
+-- The tasks whose firings are made ahead of their time (next_due_at's second probe).
+CREATE INDEX tasks_due_ahead ON rendezvous.tasks (next_fire_at) WHERE NOT paused AND overlap = 'allow';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.tasks', '');
 
 -- Validates the policy arguments of schedule_task (22004 / 22023).
@@ -97,6 +99,7 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     next_ timestamptz;
+    ahead_ timestamptz;
     sched text := btrim(schedule_task.schedule);
     t rendezvous.tasks%ROWTYPE;
 BEGIN
@@ -126,15 +129,22 @@ BEGIN
        IS NOT DISTINCT FROM (sched, schedule_task.time_zone, schedule_task.overlap, schedule_task.catch_up,
                              schedule_task.catch_up_window, schedule_task.lease, schedule_task.max_attempts,
                              schedule_task.retry_backoff) THEN
-        RETURN t.next_fire_at;
+        -- Its next fire time: one whose firing is made ahead comes before next_fire_at.
+        RETURN least(t.next_fire_at,
+                     (SELECT min(f.fire_at) FROM rendezvous.firings f
+                       WHERE f.task_id = schedule_task.task_id AND f.fire_at > now_ AND f.holder IS NULL
+                         AND f.attempts = 0 AND f.completed_at IS NULL AND f.failed_at IS NULL));
     END IF;
+    -- A firing made ahead was planned by the old schedule and policies: unmade, and its fire
+    -- time is the next one again if the schedule stays.
+    ahead_ := rendezvous._unmake_ahead(schedule_task.task_id, now_);
     UPDATE rendezvous.tasks tk
        SET schedule = sched, time_zone = schedule_task.time_zone, overlap = schedule_task.overlap,
            catch_up = schedule_task.catch_up, catch_up_window = schedule_task.catch_up_window,
            lease = schedule_task.lease, max_attempts = schedule_task.max_attempts,
            retry_backoff = schedule_task.retry_backoff, updated_at = now_,
-           next_fire_at = CASE WHEN (t.schedule, t.time_zone) = (sched, schedule_task.time_zone) THEN tk.next_fire_at
-                               ELSE next_ END
+           next_fire_at = CASE WHEN (t.schedule, t.time_zone) = (sched, schedule_task.time_zone)
+                               THEN least(tk.next_fire_at, ahead_) ELSE next_ END
      WHERE tk.task_id = schedule_task.task_id
     RETURNING tk.next_fire_at INTO next_;
     RETURN next_;
@@ -163,6 +173,21 @@ $$;
 COMMENT ON FUNCTION rendezvous.unschedule_task(text) IS
     'Removes a task and its pending firings; true when it existed. Firings already claimed finish as usual.';
 
+-- Deletes a task's firings made ahead (not due at now_, never claimed); returns the earliest
+-- of their fire times (NULL: none), for a caller that keeps it as the task's next fire time.
+CREATE FUNCTION rendezvous._unmake_ahead(task_id text, now_ timestamptz) RETURNS timestamptz
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH gone AS (
+        DELETE FROM rendezvous.firings f
+         WHERE f.task_id = _unmake_ahead.task_id AND f.fire_at > now_ AND f.holder IS NULL
+           AND f.attempts = 0 AND f.completed_at IS NULL AND f.failed_at IS NULL
+        RETURNING f.fire_at
+    )
+    SELECT min(g.fire_at) FROM gone g
+$$;
+
 -- Pausing stops new firings; a firing already claimed finishes. Idempotent.
 CREATE FUNCTION rendezvous.pause_task(task_id text) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -175,6 +200,8 @@ BEGIN
     IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM rendezvous.tasks t WHERE t.task_id = pause_task.task_id) THEN
         RAISE EXCEPTION 'there is no task "%"', pause_task.task_id USING ERRCODE = 'P0002';
     END IF;
+    -- A firing made ahead would fall due while paused: it never runs (resume starts after now).
+    PERFORM rendezvous._unmake_ahead(pause_task.task_id, pg_catalog.clock_timestamp());
 END
 $$;
 COMMENT ON FUNCTION rendezvous.pause_task(text) IS
@@ -211,6 +238,15 @@ COMMENT ON FUNCTION rendezvous.resume_task(text) IS
 -- costs the statement high enough to JIT-compile it (a quarter of a second, every pass).
 ALTER FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz, integer) ROWS 1;
 
+-- How long before its fire time a firing of a task that allows overlap is made: at its fire
+-- time the hosts only read and claim it (nothing to decide then: an earlier firing running or
+-- not, it runs). Made ahead, it is claimable from its fire time (its lease_until), not before.
+-- Tasks with overlap = 'skip' are made at their time: whether an earlier firing is still
+-- unfinished is known only then.
+CREATE FUNCTION rendezvous._made_ahead() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT interval '500 milliseconds' $$;
+
 -- Turns the fire times that have come into firings, for at most max_tasks tasks (those
 -- another session is doing are skipped, not waited for), and about max_firings firings in
 -- all: a catching-up task makes its share of them a pass, the rest on the next passes. Per task: the catch-up policy picks
@@ -232,7 +268,8 @@ BEGIN
         -- so it stops every host's scheduling no longer (#24).
         FOR one IN
             SELECT t.task_id FROM rendezvous.tasks t
-             WHERE t.next_fire_at <= now_ AND NOT t.paused AND t.plan_error IS NULL
+             WHERE t.next_fire_at <= now_ + rendezvous._made_ahead()
+               AND (t.next_fire_at <= now_ OR t.overlap = 'allow') AND NOT t.paused AND t.plan_error IS NULL
              ORDER BY t.next_fire_at LIMIT max_tasks
         LOOP
             BEGIN
@@ -250,7 +287,8 @@ $$;
 -- Makes the due firings of up to max_tasks tasks (of only that one, when given) whose fire
 -- time has come, in one statement; a task set aside with a plan error is passed over. Each
 -- task makes at most its share of max_firings (at least one), so a pass after a long gap
--- stays short however many tasks catch up.
+-- stays short however many tasks catch up. A task that allows overlap and fires within
+-- _made_ahead() has that one fire time made now, planned as a poll at that instant would.
 CREATE FUNCTION rendezvous._make_task_firings(now_ timestamptz, max_tasks integer, only_task text,
                                               max_firings integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -260,7 +298,8 @@ BEGIN
     WITH due AS (
         SELECT t.task_id, t.schedule, t.time_zone, t.overlap, t.catch_up, t.catch_up_window, t.next_fire_at
           FROM rendezvous.tasks t
-         WHERE t.next_fire_at <= now_ AND NOT t.paused AND t.plan_error IS NULL
+         WHERE t.next_fire_at <= now_ + rendezvous._made_ahead()
+           AND (t.next_fire_at <= now_ OR t.overlap = 'allow') AND NOT t.paused AND t.plan_error IS NULL
            AND (only_task IS NULL OR t.task_id = only_task)
          ORDER BY t.next_fire_at
          LIMIT max_tasks
@@ -277,7 +316,7 @@ BEGIN
           FROM due d
           CROSS JOIN share
           CROSS JOIN LATERAL rendezvous._plan_firings(d.schedule, d.time_zone, d.catch_up, d.catch_up_window,
-                                                      d.next_fire_at, now_, share.per_task) p
+                                                      d.next_fire_at, greatest(now_, d.next_fire_at), share.per_task) p
     ), decided AS (
         SELECT pl.task_id, pl.next_fire_at, pl.skipped AS catch_up_skipped,
                CASE WHEN pl.overlap = 'allow' OR cardinality(pl.run_at) = 0 THEN pl.run_at
@@ -351,8 +390,9 @@ COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
     'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
 
 -- When something may next become claimable that is not claimable now: the earliest next fire
--- time of an active task (it may be past: firings still to be made), or the end of a live
--- lease or retry backoff. A scheduler sleeps until then (firings already claimable are in
+-- time of an active task (it may be past: firings still to be made; _made_ahead() before it
+-- for a task that allows overlap, when its firing is made), or the end of a live lease, retry
+-- backoff or a firing made ahead. A scheduler sleeps until then (firings already claimable are in
 -- due_firings, and their ranks tell each host when to try).
 CREATE FUNCTION rendezvous.next_due_at() RETURNS timestamptz
 LANGUAGE sql STABLE
@@ -362,6 +402,10 @@ AS $$
         (SELECT t.next_fire_at AS at FROM rendezvous.tasks t
           WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
         UNION ALL
+        -- A task whose firings are made ahead: that much earlier.
+        (SELECT t.next_fire_at - rendezvous._made_ahead() FROM rendezvous.tasks t
+          WHERE NOT t.paused AND t.overlap = 'allow' AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
+        UNION ALL
         (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
           WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
             AND f.lease_until > pg_catalog.clock_timestamp()
@@ -369,7 +413,7 @@ AS $$
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS
-    'The earliest instant something scheduled may become claimable that is not claimable now: a task''s next fire time (past while its firings are being made), or the end of a live lease or retry backoff; NULL when nothing is scheduled.';
+    'The earliest instant something scheduled may become claimable that is not claimable now, or a firing is to be made: a task''s next fire time (past while its firings are being made; half a second before it for a task that allows overlap, whose firings are made ahead), or the end of a live lease, a retry backoff or the wait of a firing made ahead; NULL when nothing is scheduled.';
 
 -- A failed attempt: retried after the task's backoff (doubling each time, at most an hour)
 -- until max_attempts failures, then failed for good (failed_at set, never claimed again). A

@@ -244,3 +244,47 @@ SELECT task_id, plan_error IS NOT NULL AS set_aside, plan_error LIKE '%SQLSTATE 
 SELECT rendezvous.schedule_task('poison', rendezvous.every('1 second'), catch_up => 'skip', catch_up_window => '1 hour', overlap => 'allow') IS NOT NULL;
 SELECT plan_error FROM rendezvous.tasks WHERE task_id = 'poison';
 SELECT rendezvous.unschedule_task('healthy'), rendezvous.unschedule_task('poison');
+
+-- Made ahead: a task that allows overlap has its next firing made up to _made_ahead() (half a
+-- second) before its fire time, planned as a poll at that instant would; claimable from then,
+-- not before. A task with overlap = 'skip' is made at its time. (Instants are given to
+-- _make_task_firings, as a poll gives its clock; the fire time is half a minute away.)
+SELECT rendezvous._made_ahead();
+SELECT rendezvous.schedule_task('ahead', rendezvous.every('1 second'), overlap => 'allow') IS NOT NULL,
+       rendezvous.schedule_task('on-time', rendezvous.every('1 second')) IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('second', clock_timestamp()) + interval '30 s'
+ WHERE task_id IN ('ahead', 'on-time');
+CREATE TEMP TABLE fire AS SELECT next_fire_at AS at FROM rendezvous.tasks WHERE task_id = 'ahead';
+-- next_due_at wakes a host when the firing is to be made (these two tasks alone).
+BEGIN;
+DELETE FROM rendezvous.tasks WHERE task_id NOT IN ('ahead', 'on-time');
+SELECT rendezvous.next_due_at() - (SELECT at FROM fire) AS wakes_at;
+ROLLBACK;
+-- 0.6 s before: too early for either.
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) - interval '0.6 s', 10, NULL, 100);
+SELECT count(*) AS made_too_early FROM rendezvous.firings WHERE task_id IN ('ahead', 'on-time');
+-- 0.3 s before: the allowing task's firing is made, the other's not.
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) - interval '0.3 s', 10, NULL, 100);
+SELECT f.task_id, f.fire_at = fire.at AS at_its_time, f.lease_until = fire.at AS claimable_from_then, f.holder, f.token
+  FROM rendezvous.firings f, fire WHERE f.task_id IN ('ahead', 'on-time');
+SELECT task_id, next_fire_at - (SELECT at FROM fire) AS next_after FROM rendezvous.tasks
+ WHERE task_id IN ('ahead', 'on-time') ORDER BY 1;
+-- Not due, not claimable, before its time; schedule_task (unchanged) still says it is next.
+SELECT count(*) AS due_now FROM rendezvous.due_firings() WHERE task_id = 'ahead';
+SELECT claimed FROM rendezvous.claim_firing('ahead', (SELECT at FROM fire), 'early-host');
+SELECT rendezvous.schedule_task('ahead', rendezvous.every('1 second'), overlap => 'allow') = (SELECT at FROM fire) AS still_next;
+-- Then at its fire time, when it becomes claimable (not half a second before the next one).
+BEGIN;
+DELETE FROM rendezvous.tasks WHERE task_id NOT IN ('ahead', 'on-time');
+UPDATE rendezvous.tasks SET next_fire_at = next_fire_at + interval '1 hour' WHERE task_id = 'on-time';
+SELECT rendezvous.next_due_at() - (SELECT at FROM fire) AS wakes_at;
+ROLLBACK;
+-- A changed policy unmakes it and its fire time is next again; pausing unmakes it for good.
+SELECT rendezvous.schedule_task('ahead', rendezvous.every('1 second'), overlap => 'allow', lease => '1 minute') = (SELECT at FROM fire) AS next_again;
+SELECT count(*) AS made FROM rendezvous.firings WHERE task_id = 'ahead';
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) - interval '0.3 s', 10, 'ahead', 100);
+SELECT count(*) AS made_again FROM rendezvous.firings WHERE task_id = 'ahead';
+SELECT rendezvous.pause_task('ahead');
+SELECT count(*) AS made_after_pause FROM rendezvous.firings WHERE task_id = 'ahead';
+SELECT rendezvous.unschedule_task('ahead'), rendezvous.unschedule_task('on-time');
+DROP TABLE fire;

@@ -66,6 +66,8 @@ CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE complete
 CREATE INDEX firings_open_lease ON rendezvous.firings (lease_until) WHERE completed_at IS NULL AND failed_at IS NULL;
 CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
+-- Tasks whose firings are made ahead of their time (next_due_at).
+CREATE INDEX tasks_due_ahead ON rendezvous.tasks (next_fire_at) WHERE NOT paused AND overlap = 'allow';
 -- Retention by default (retention.sql): an administrator's settings.
 CREATE TABLE rendezvous.retention (
     kind text PRIMARY KEY,
