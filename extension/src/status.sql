@@ -32,7 +32,7 @@ CREATE VIEW rendezvous.status_firings AS
            f.failures, f.failed_at, f.last_error
       FROM rendezvous.firings f;
 COMMENT ON VIEW rendezvous.status_firings IS
-    'Every firing: its holder, token and lease, and its state: pending (due, not claimed yet), running, expired (lease over or holder session gone, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
+    'Every firing: its holder, token and lease, and its state: pending (made, not claimed yet; claimable from lease_until, which a firing made ahead of its time reaches at fire_at), running, expired (lease over or holder session gone, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
 
 CREATE VIEW rendezvous.status_tasks AS
     SELECT t.task_id, t.schedule, t.time_zone, t.paused, t.overlap, t.catch_up, t.next_fire_at,
