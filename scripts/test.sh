@@ -194,12 +194,9 @@ pg_tle_upgrade_check() {
   from=$(sed -n "s/^SELECT pgtle.install_update_path('[^']*', '\([^']*\)', .*/\1/p" "$2")
   to=$(sed -n "s/^SELECT pgtle.install_update_path('[^']*', '[^']*', '\([^']*\)', .*/\1/p" "$2")-next
   log "portable upgrade test, pg_tle form: $name $from filled, ALTER EXTENSION UPDATE along $(basename "$2")"
-  awk '/^SELECT pgtle.install_extension/ {inside = 1; next} /^\$_pg_rendezvous_portable_\$\);$/ {inside = 0} inside' "$1" \
-    >"$dir/$name--$from.sql"
-  awk '/^SELECT pgtle.install_update_path/ {inside = 1; next} /^\$_pg_rendezvous_portable_\$\);$/ {inside = 0} inside' "$2" \
-    >"$dir/$name--$from--$to.sql"
-  printf "comment = 'pg_rendezvous, portable edition, as pg_tle installs it'\ndefault_version = '%s'\nrelocatable = false\nsuperuser = false\n" \
-    "$from" >"$dir/$name.control"
+  pg_tle_content "$1" >"$dir/$name--$from.sql"
+  pg_tle_content "$2" >"$dir/$name--$from--$to.sql"
+  pg_tle_control "$from" >"$dir/$name.control"
   as_root install -m 0644 "$dir/$name.control" "$dir/$name--$from.sql" "$dir/$name--$from--$to.sql" "$extdir/"
   {
     cluster_psql -d postgres -c "CREATE DATABASE rendezvous_tle_upgraded OWNER rendezvous_owner" \
@@ -248,6 +245,17 @@ portable_upgrade_check() {
   log "upgraded portable catalog equals a fresh install ($(grep -c '^function ' "$dir/catalog.portable_fresh") functions)"
 }
 
+# The content a pg_tle wrapper (sqlgen's -pg_tle.sql: pgtle.install_extension or
+# install_update_path) hands to pg_tle, as an extension script.
+pg_tle_content() {
+  awk '/^SELECT pgtle\.install_(extension|update_path)\(/ {inside = 1; next} /^\$_pg_rendezvous_portable_\$\);$/ {inside = 0} inside' "$1"
+}
+
+# A control file as pg_tle makes one (not superuser-only) for default version $1.
+pg_tle_control() {
+  printf "comment = 'pg_rendezvous, portable edition, as pg_tle installs it'\ndefault_version = '%s'\nrelocatable = false\nsuperuser = false\n" "$1"
+}
+
 # The pg_tle form as pg_tle runs it: its content as the script of an extension that the owner
 # (not superuser) creates, `superuser = false` as pg_tle's are (pg_tle itself is not packaged
 # for this machine). Under another name, beside the native extension; removed afterwards.
@@ -256,10 +264,8 @@ pg_tle_form() {
   extdir=$("$PG_CONFIG" --sharedir)/extension
   version=$(extension_version)
   log "the portable edition's pg_tle form: CREATE EXTENSION by the database owner"
-  awk '/^SELECT pgtle.install_extension/ {inside = 1; next} /^\$_pg_rendezvous_portable_\$\);$/ {inside = 0} inside' "$1" \
-    >"$RENDEZVOUS_CLUSTER_DIR/$name--$version.sql"
-  printf "comment = 'pg_rendezvous, portable edition, as pg_tle installs it'\ndefault_version = '%s'\nrelocatable = false\nsuperuser = false\n" \
-    "$version" >"$RENDEZVOUS_CLUSTER_DIR/$name.control"
+  pg_tle_content "$1" >"$RENDEZVOUS_CLUSTER_DIR/$name--$version.sql"
+  pg_tle_control "$version" >"$RENDEZVOUS_CLUSTER_DIR/$name.control"
   as_root install -m 0644 "$RENDEZVOUS_CLUSTER_DIR/$name.control" "$RENDEZVOUS_CLUSTER_DIR/$name--$version.sql" "$extdir/"
   got=$(cluster_psql -d postgres -c "CREATE DATABASE rendezvous_pg_tle OWNER rendezvous_owner" \
         && cluster_psql -d rendezvous_pg_tle -U rendezvous_owner -c "CREATE EXTENSION $name" \

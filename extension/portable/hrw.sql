@@ -304,6 +304,18 @@ BEGIN
 END
 $$;
 
+-- Each weight over the largest, in order; NULL when every weight is the same (the set is
+-- unweighted) or there are none. smallest and largest are the weights' own, which the callers
+-- read with them.
+CREATE FUNCTION rendezvous._weight_ratios(weights double precision[], smallest double precision,
+                                          largest double precision) RETURNS double precision[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT CASE WHEN smallest < largest
+                THEN ARRAY(SELECT w / largest FROM unnest(weights) WITH ORDINALITY AS r(w, ord) ORDER BY r.ord)
+           END
+$$;
+
 -- The distinct hosts of a weighted set and their ratios to the largest weight (ratios NULL
 -- when every weight is the same: the set is unweighted), refusing NULL weights, weights that
 -- are not finite and positive, and a host given two weights.
@@ -314,6 +326,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     bad record;
+    set_weights double precision[];
+    smallest double precision;
     largest double precision;
 BEGIN
     IF hosts IS NULL OR weights IS NULL THEN
@@ -342,17 +356,11 @@ BEGIN
     IF FOUND THEN
         RAISE EXCEPTION 'host "%" appears more than once with different weights', bad.host USING ERRCODE = '22023';
     END IF;
-    SELECT array_agg(d.host), array_agg(d.weight), max(d.weight) INTO set_hosts, set_ratios, largest
+    SELECT coalesce(array_agg(d.host), '{}'), array_agg(d.weight), min(d.weight), max(d.weight)
+      INTO set_hosts, set_weights, smallest, largest
       FROM (SELECT DISTINCT u.host, u.weight FROM unnest(hosts, weights) AS u(host, weight)
              WHERE u.host IS NOT NULL) d;
-    IF set_hosts IS NULL THEN
-        set_hosts := '{}';
-        set_ratios := NULL;
-    ELSIF EXISTS (SELECT 1 FROM unnest(set_ratios) w WHERE w <> largest) THEN
-        set_ratios := ARRAY(SELECT w / largest FROM unnest(set_ratios) WITH ORDINALITY AS r(w, ord) ORDER BY r.ord);
-    ELSE
-        set_ratios := NULL;
-    END IF;
+    set_ratios := rendezvous._weight_ratios(set_weights, smallest, largest);
 END
 $$;
 

@@ -22,9 +22,7 @@ BEGIN
       FROM rendezvous.hosts h
       LEFT JOIN rendezvous._host_hashes x ON x.host_id = h.host_id
      WHERE h.last_seen > clock_timestamp() - rendezvous.default_staleness();
-    IF smallest < largest THEN
-        set_ratios := ARRAY(SELECT w / largest FROM unnest(weights) WITH ORDINALITY AS r(w, ord) ORDER BY r.ord);
-    END IF;
+    set_ratios := rendezvous._weight_ratios(weights, smallest, largest);
 END
 $$;
 
