@@ -112,6 +112,29 @@ admissions() {
 wal_lsn() { psql_ -At -c "SELECT pg_current_wal_lsn()"; }
 wal_since() { psql_ -At -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$1'))"; }
 
+# deletion_row LABEL SECONDS DELAY COMMAND...: the old history made again, admissions timed
+# for 20 s, then for SECONDS while COMMAND deletes it (started DELAY seconds in), then 20 s
+# after; a table row with the WAL it wrote and how long it took.
+deletion_row() {
+  local label=$1 seconds=$2 delay=$3 before during after lsn start took wal deleter note=""
+  local ended=$RENDEZVOUS_CLUSTER_DIR/deletion_ended
+  shift 3
+  old_history "$retention_rows"
+  before=$(admissions 20)
+  lsn=$(wal_lsn)
+  start=$(date +%s%N)
+  # Its own end, not the end of the admissions timed beside it.
+  (sleep "$delay"; "$@" >/dev/null; date +%s%N >"$ended") &
+  deleter=$!
+  during=$(admissions "$seconds")
+  wait "$deleter"
+  took=$(( ($(cat "$ended") - start) / 1000000000 - delay ))
+  wal=$(wal_since "$lsn")
+  after=$(admissions 20)
+  [ "$delay" = 0 ] || note=" ($seconds s around it)"
+  echo "| $label | $before | $during$note | $after | $took s | $wal |"
+}
+
 retention() {
   spawn_sql=$RENDEZVOUS_CLUSTER_DIR/spawn.sql
   cat >"$spawn_sql" <<'SQL'
@@ -121,51 +144,22 @@ SQL
   echo
   echo "| $(printf "%'d" "$retention_rows") old finished rows deleted by | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
   echo "|---|---|---|---|---|---|"
-  # The fleet's way: bounded steps with pauses (as the Scheduler's retention pass runs them).
-  old_history "$retention_rows"
-  local before during after lsn start took steps=$RENDEZVOUS_CLUSTER_DIR/prune.sql
-  before=$(admissions 20)
+  # The fleet's way: bounded steps with pauses (as the Scheduler's retention pass runs them),
+  # admissions timed for about as long as the pass takes (a step of 1,000 of each kind and its
+  # pause: ~65 ms).
+  local steps=$RENDEZVOUS_CLUSTER_DIR/prune.sql
   for _ in $(seq $((retention_rows / 2000 + 10))); do
     echo "SELECT sum(deleted) FROM rendezvous.prune(1000);"
     echo "SELECT pg_sleep(0.05);"
   done >"$steps"
-  lsn=$(wal_lsn)
-  start=$(date +%s%N)
-  psql_ -f "$steps" >/dev/null &
-  local pruner=$!
-  # For about as long as the pass takes (a step of 1,000 of each kind and its pause: ~65 ms).
-  during=$(admissions $((retention_rows / 2000 * 65 / 1000 + 1)))
-  wait "$pruner"
-  took=$(( ($(date +%s%N) - start) / 1000000000 ))
-  local wal; wal=$(wal_since "$lsn")
-  after=$(admissions 20)
-  echo "| retention steps (prune(1000) every 50 ms) | $before | $during | $after | $took s | $wal |"
-  # 0.2.0's way: one statement per kind.
-  old_history "$retention_rows"
-  before=$(admissions 20)
-  lsn=$(wal_lsn)
-  start=$(date +%s%N)
-  (sleep 2; psql_ -c "SELECT rendezvous.purge_firings('1 day')" -c "SELECT rendezvous.purge_runs('7 days')" >/dev/null) &
-  pruner=$!
-  during=$(admissions 20)
-  wait "$pruner"
-  took=$(( ($(date +%s%N) - start) / 1000000000 - 2 ))
-  wal=$(wal_since "$lsn")
-  after=$(admissions 20)
-  echo "| purge_firings + purge_runs (one statement each, 0.2.0) | $before | $during (20 s around it) | $after | $took s | $wal |"
+  deletion_row "retention steps (prune(1000) every 50 ms)" $((retention_rows / 2000 * 65 / 1000 + 1)) 0 \
+    psql_ -f "$steps"
+  # 0.2.0's way: one statement per kind, 2 s into 20 s of admissions.
+  deletion_row "purge_firings + purge_runs (one statement each, 0.2.0)" 20 2 \
+    psql_ -c "SELECT rendezvous.purge_firings('1 day')" -c "SELECT rendezvous.purge_runs('7 days')"
   # An operator's purge now: the bounded purges, runs then firings, a step every 50 ms.
-  old_history "$retention_rows"
-  before=$(admissions 20)
-  lsn=$(wal_lsn)
-  start=$(date +%s%N)
-  "$RENDEZVOUS" admin --database-url "$DATABASE_URL" purge --older-than '1 day' >/dev/null &
-  pruner=$!
-  during=$(admissions $((retention_rows / 1000 * 60 / 1000 + 1)))
-  wait "$pruner"
-  took=$(( ($(date +%s%N) - start) / 1000000000 ))
-  wal=$(wal_since "$lsn")
-  after=$(admissions 20)
-  echo "| rendezvous admin purge --older-than '1 day' (purge_runs/purge_firings(…, 1000) every 50 ms) | $before | $during | $after | $took s | $wal |"
+  deletion_row "rendezvous admin purge --older-than '1 day' (purge_runs/purge_firings(…, 1000) every 50 ms)" \
+    $((retention_rows / 1000 * 60 / 1000 + 1)) 0 "$RENDEZVOUS" admin --database-url "$DATABASE_URL" purge --older-than '1 day'
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
 }
 
