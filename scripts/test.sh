@@ -163,58 +163,59 @@ portable_suites() {
 }
 
 # The portable edition's upgrade, as sqlgen makes it (the native migration, the portable one,
-# then every definition of the new version's portable script made again), applied by the owner
-# to a portable install filled through the API; then the data checked and the catalog compared
-# with a fresh portable install. 0.3.0 is the first portable version, so there is no released
-# one to start from yet: the upgrade made here goes from this version to itself (empty
-# migrations), which runs every statement the next real upgrade will run but its migration.
-# Releasing X adds X's portable script to extension/portable/released/ and a call below from it
-# (sql/README.md).
+# then every definition of the new version's portable script made again), from each released
+# portable version (extension/portable/released/, frozen), filled through its own API, to this
+# one: by the owner with psql, then the data checked and the catalog compared with a fresh
+# portable install; and again in the pg_tle form (ALTER EXTENSION UPDATE). Releasing X adds
+# X's scripts there and a fill_X.sql (sql/README.md).
 portable_upgrade_test() {
-  local script=$1 version dir=$RENDEZVOUS_CLUSTER_DIR/portable_upgrade extdir
+  local script=$1 version released from upgrades
   version=$(extension_version)
-  extdir=$("$PG_CONFIG" --sharedir)/extension
-  rm -rf "$dir" && mkdir -p "$dir/native" "$dir/out" && cp -r extension/portable "$dir/portable"
-  mkdir -p "$dir/portable/migrations"
-  echo "-- (nothing: an upgrade to the same version)" >"$dir/native/$version--$version.sql"
-  echo "-- (nothing: an upgrade to the same version)" >"$dir/portable/migrations/$version--$version.sql"
-  cargo run --quiet -p rendezvous-sqlgen -- portable "$extdir/pg_rendezvous.control" \
-    "$extdir/pg_rendezvous--$version.sql" "$dir/native" "$dir/portable" "$dir/out"
-  portable_upgrade_check "$script" "$dir/out/pg_rendezvous-$version--$version-portable.sql" "$version" "$script"
-  pg_tle_upgrade_check "${script%-portable.sql}-pg_tle.sql" "$dir/out/pg_rendezvous-$version--$version-pg_tle.sql" "$version"
+  upgrades=$(dirname "$script")
+  for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
+    from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
+    [[ $from != *--* ]] || continue
+    portable_upgrade_check "$released" "$upgrades/pg_rendezvous-$from--$version-portable.sql" "$from" "$script"
+    pg_tle_upgrade_check "${released%-portable.sql}-pg_tle.sql" "$upgrades/pg_rendezvous-$from--$version-pg_tle.sql" "$from" \
+      "${script%-portable.sql}-pg_tle.sql"
+  done
 }
 
-# pg_tle_upgrade_check INSTALL UPDATE FILL: the pg_tle forms' contents as an extension that is
-# not superuser-only (as pg_tle_form does), created at INSTALL's version by the owner, filled,
-# updated along UPDATE's content (to a version named <to>-next: ALTER EXTENSION needs a new
-# name), then check_FILL.sql and the catalog against a fresh CREATE EXTENSION.
+# pg_tle_upgrade_check INSTALL UPDATE FILL CURRENT: the pg_tle forms' contents as an extension
+# that is not superuser-only (as pg_tle_form does), created at INSTALL's version by the owner,
+# filled, updated along UPDATE's content, then check_FILL.sql and the catalog against a fresh
+# CREATE EXTENSION of CURRENT (this version's pg_tle form).
 pg_tle_upgrade_check() {
   local extdir name=rendezvous_tle_upgrade from to dir=$RENDEZVOUS_CLUSTER_DIR status=0
   extdir=$("$PG_CONFIG" --sharedir)/extension
   from=$(sed -n "s/^SELECT pgtle.install_update_path('[^']*', '\([^']*\)', .*/\1/p" "$2")
-  to=$(sed -n "s/^SELECT pgtle.install_update_path('[^']*', '[^']*', '\([^']*\)', .*/\1/p" "$2")-next
+  to=$(sed -n "s/^SELECT pgtle.install_update_path('[^']*', '[^']*', '\([^']*\)', .*/\1/p" "$2")
   log "portable upgrade test, pg_tle form: $name $from filled, ALTER EXTENSION UPDATE along $(basename "$2")"
   pg_tle_content "$1" >"$dir/$name--$from.sql"
   pg_tle_content "$2" >"$dir/$name--$from--$to.sql"
+  pg_tle_content "$4" >"$dir/$name--$to.sql"
   pg_tle_control "$from" >"$dir/$name.control"
-  as_root install -m 0644 "$dir/$name.control" "$dir/$name--$from.sql" "$dir/$name--$from--$to.sql" "$extdir/"
+  as_root install -m 0644 "$dir/$name.control" "$dir/$name--$from.sql" "$dir/$name--$from--$to.sql" "$dir/$name--$to.sql" "$extdir/"
   {
     cluster_psql -d postgres -c "CREATE DATABASE rendezvous_tle_upgraded OWNER rendezvous_owner" \
       -c "CREATE DATABASE rendezvous_tle_fresh OWNER rendezvous_owner" &&
-    cluster_psql -d rendezvous_tle_fresh -U rendezvous_owner -c "CREATE EXTENSION $name" &&
+    cluster_psql -d rendezvous_tle_fresh -U rendezvous_owner -c "CREATE EXTENSION $name VERSION '$to'" &&
     sed "s/^CREATE EXTENSION pg_rendezvous .*/CREATE EXTENSION $name;/" "pg_test/upgrade/fill_$3.sql" >"$dir/tle_fill.sql" &&
     cluster_psql -d rendezvous_tle_upgraded -U rendezvous_owner -o /dev/null -f "$dir/tle_fill.sql" &&
     cluster_psql -d rendezvous_tle_upgraded -U rendezvous_owner -c "ALTER EXTENSION $name UPDATE TO '$to'" &&
     cluster_psql -d rendezvous_tle_upgraded -U rendezvous_owner -f "pg_test/upgrade/check_$3.sql" &&
     sed "s/extname = 'pg_rendezvous'/extname = '$name'/" pg_test/upgrade/catalog.sql >"$dir/tle_catalog.sql" &&
-    cluster_psql -d rendezvous_tle_fresh -f "$dir/tle_catalog.sql" | sed "s/^extension $name $from /extension $name VERSION /" >"$dir/catalog.tle_fresh" &&
+    cluster_psql -d rendezvous_tle_fresh -f "$dir/tle_catalog.sql" | sed "s/^extension $name $to /extension $name VERSION /" >"$dir/catalog.tle_fresh" &&
     cluster_psql -d rendezvous_tle_upgraded -f "$dir/tle_catalog.sql" | sed "s/^extension $name $to /extension $name VERSION /" >"$dir/catalog.tle_upgraded" &&
     diff -u "$dir/catalog.tle_fresh" "$dir/catalog.tle_upgraded" >&2
   } || status=$?
   for db in rendezvous_tle_upgraded rendezvous_tle_fresh; do
     cluster_psql -d "$db" -U rendezvous_owner -c "DROP EXTENSION IF EXISTS $name CASCADE" >/dev/null 2>&1 || true
   done
-  as_root rm -f "$extdir/$name.control" "$extdir/$name--$from.sql" "$extdir/$name--$from--$to.sql"
+  as_root rm -f "$extdir/$name.control" "$extdir/$name--$from.sql" "$extdir/$name--$from--$to.sql" "$extdir/$name--$to.sql"
+  for db in rendezvous_tle_upgraded rendezvous_tle_fresh; do
+    cluster_psql -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
+  done
   if [ "$status" != 0 ]; then
     echo "the pg_tle form's upgrade failed or left a catalog unlike a fresh install's (- fresh, + upgraded)" >&2
     exit 1
@@ -227,7 +228,7 @@ pg_tle_upgrade_check() {
 # then check_FILL.sql and the catalog against a fresh install of CURRENT (this version's).
 portable_upgrade_check() {
   local install=$1 upgrade=$2 fill=$3 current=$4 dir=$RENDEZVOUS_CLUSTER_DIR db fresh
-  db=rendezvous_portable_upgraded; fresh=rendezvous_portable_fresh
+  db=rendezvous_portable_from_${fill//./_}; fresh=rendezvous_portable_fresh_${fill//./_}
   log "portable upgrade test: $(basename "$install") filled, $(basename "$upgrade") applied, equal to a fresh install"
   cluster_psql -d postgres -c "CREATE DATABASE $db OWNER rendezvous_owner" -c "CREATE DATABASE $fresh OWNER rendezvous_owner"
   cluster_psql -d "$fresh" -U rendezvous_owner -o /dev/null -f "$current"

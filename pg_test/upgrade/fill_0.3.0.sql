@@ -1,7 +1,7 @@
 -- A database with pg_rendezvous 0.3.0 and data of every kind it keeps, made through its API;
 -- public.before_upgrade snapshots the rows so check_0.3.0.sql can compare them after the update.
--- (While 0.3.0 is the version being made, the portable edition's upgrade test uses it without
--- its CREATE EXTENSION line; the native upgrade test starts from it once 0.3.0 is released.)
+-- The portable edition's upgrade test runs it without its CREATE EXTENSION line, on the released
+-- 0.3.0 portable script.
 \set ON_ERROR_STOP 1
 CREATE EXTENSION pg_rendezvous VERSION '0.3.0';
 SELECT rendezvous.heartbeat('host-a');

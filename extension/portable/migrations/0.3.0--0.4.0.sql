@@ -1,0 +1,4 @@
+-- The portable edition, 0.3.0 -> 0.4.0: what its own helper tables and types need beyond the
+-- native migration (sql/migrations/0.3.0--0.4.0.sql, which runs first). sqlgen portable puts
+-- both first in pg_rendezvous-0.3.0--0.4.0-portable.sql (and its pg_tle form), then every
+-- definition of the 0.4.0 portable script again (extension/portable/README.md).

@@ -1,0 +1,5 @@
+-- pg_rendezvous 0.3.0 -> 0.4.0: what no generator can know, in the order it was made. sqlgen
+-- puts this first in pg_rendezvous--0.3.0--0.4.0.sql and then makes every function, view,
+-- comment and grant of 0.4.0 again from extension/src/ (sql/README.md). Here go table, type
+-- and index changes, data migrations, and DROPs of what CREATE OR REPLACE cannot change (a
+-- new return type or parameter name, a view losing a column, an object that goes away).
