@@ -392,8 +392,8 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
         let mut due = 0;
         for spec in base.task_specs() {
             let first =
-                rendezvous_client::schedule::schedule_task(admin, &spec).await.map_err(|e| e.to_string())?;
-            let times = rendezvous_client::schedule::fire_times(
+                rendezvous_client::task::schedule_task(admin, &spec).await.map_err(|e| e.to_string())?;
+            let times = rendezvous_client::task::fire_times(
                 admin,
                 &spec.schedule,
                 &spec.time_zone,
@@ -540,7 +540,7 @@ async fn drive(o: FleetOptions, url: String, mut ha: Option<&mut Ha>) -> Result<
     let specs = base.task_specs();
     let unscheduled = bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
         for spec in &specs {
-            rendezvous_client::schedule::unschedule_task(admin, &spec.task_id)
+            rendezvous_client::task::unschedule_task(admin, &spec.task_id)
                 .await
                 .map_err(|e| e.to_string())?;
         }

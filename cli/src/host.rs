@@ -2,7 +2,7 @@
 //!
 //! It competes for the shared agent's leadership (gating the leader-only surface on
 //! `is_leader()` and fencing its write with the epoch), and runs the fleet's cron tasks with a
-//! [`Scheduler`]: the database says when each firing is due and who runs it. Each firing admits
+//! [`Worker`]: the database says when each firing is due and who runs it. Each firing admits
 //! one run through `spawn_run` with the firing key as `dispatch_key`, then writes its effect and
 //! completes the firing in one fenced transaction. Some firings fail their first attempt on
 //! purpose, to show retries.
@@ -15,7 +15,7 @@ use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::Clock;
 use rendezvous_client::{
-    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, Scheduler, SchedulerOptions, TaskSpec,
+    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, TaskSpec, Worker, WorkerOptions,
 };
 
 /// What a host is told by the fleet controller: the flags of `rendezvous host` (see
@@ -225,7 +225,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     )
     .await
     .map_err(e)?;
-    let options = SchedulerOptions::default()
+    let options = WorkerOptions::default()
         .with_poll(Duration::from_millis(500))
         .with_rank_delay(Duration::from_millis(300))
         .with_heartbeat(Duration::from_millis(300))
@@ -238,7 +238,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         .with_clock(skewed_clock(plan.skew_ms));
     let tag: Arc<str> = plan.tag.clone().into();
     let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);
-    let mut builder = Scheduler::builder(&plan.url, &plan.host_id).options(options);
+    let mut builder = Worker::builder(&plan.url, &plan.host_id).options(options);
     for spec in plan.task_specs() {
         let (run_tag, run_ledger) = (tag.clone(), ledger.clone());
         builder = builder

@@ -1,4 +1,4 @@
-//! Runs executed by the work runtime, measured (not a test): 4 `Scheduler` hosts with a
+//! Runs executed by the work runtime, measured (not a test): 4 `Worker` hosts with a
 //! trivial `workflow` handler,
 //! 1. throughput: a backlog of admitted runs drained at 1, 4 and 16 concurrent handlers per
 //!    host (default durability), runs executed per second, with the client's defaults and with
@@ -14,11 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rendezvous_client::{Job, Scheduler, SchedulerOptions};
+use rendezvous_client::{Job, Worker, WorkerOptions};
 
 const HOSTS: usize = 4;
 /// The runtime's fastest configuration here: runs claimed ahead into a local queue per host
-/// (`SchedulerOptions::prefetch`), the size of graphile-worker's local queue measured beside it.
+/// (`WorkerOptions::prefetch`), the size of graphile-worker's local queue measured beside it.
 const PREFETCH: usize = 500;
 const BACKLOG: i64 = 10_000;
 /// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
@@ -33,15 +33,15 @@ async fn hosts(
     prefetch: usize,
     executed: Arc<AtomicU64>,
     starts: Option<Starts>,
-) -> Vec<Scheduler> {
+) -> Vec<Worker> {
     let mut out = Vec::new();
     for h in 0..HOSTS {
         let (executed, starts) = (executed.clone(), starts.clone());
-        let options = SchedulerOptions::default()
+        let options = WorkerOptions::default()
             .with_max_concurrent(per_host)
             .with_heartbeat(Duration::from_secs(1))
             .with_prefetch(prefetch);
-        let scheduler = Scheduler::builder(url, format!("host-{h}"))
+        let scheduler = Worker::builder(url, format!("host-{h}"))
             .options(options)
             .workflow("noop", move |job: Job| {
                 if let (Some(starts), Some(run)) = (&starts, job.run()) {
@@ -132,7 +132,7 @@ async fn main() {
         println!("set RENDEZVOUS_DATABASE_URL, or run scripts/bench.sh runs");
         return;
     };
-    println!("Runs executed by {HOSTS} Scheduler hosts (trivial handler), a backlog of {BACKLOG} runs\n");
+    println!("Runs executed by {HOSTS} Worker hosts (trivial handler), a backlog of {BACKLOG} runs\n");
     println!("| handlers per host | handlers in all | runs/s, defaults | runs/s, prefetch {PREFETCH} |");
     println!("|---:|---:|---:|---:|");
     // RUNS_BENCH_HANDLERS="1 4" measures only those cases (while looking into one).

@@ -1,5 +1,5 @@
 //! The scheduler, measured (not a test): side by side in one run,
-//! 1. 100 and 1,000 tasks firing every second on 4 `Scheduler` hosts with default options for
+//! 1. 100 and 1,000 tasks firing every second on 4 `Worker` hosts with default options for
 //!    10 minutes: every firing exactly once, none claimed early, claim lateness against the due
 //!    instant (database clock) overall and minute by minute (a backlog would show as a rising
 //!    p99), wasted claims, firings a second per host;
@@ -14,7 +14,7 @@
 //! `RENDEZVOUS_BENCH_CONCURRENCY` the hosts' `max_concurrent` (default: the default, 16).
 use std::time::{Duration, Instant, SystemTime};
 
-use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_client::{CatchUp, Job, Overlap, TaskSpec, Worker, WorkerOptions};
 
 const HOSTS: usize = 4;
 
@@ -45,14 +45,14 @@ async fn fleet(url: &str, tasks: usize) {
         })
         .collect();
     for s in &specs {
-        rendezvous_client::schedule::schedule_task(&admin, s).await.unwrap();
+        rendezvous_client::task::schedule_task(&admin, s).await.unwrap();
     }
     let handled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     // Each handler's start against its fire time (one machine: one clock for both).
     let starts = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(SystemTime, Duration)>::new()));
     let mut hosts = Vec::new();
     for h in 0..HOSTS {
-        let mut b = Scheduler::builder(url, format!("host-{h}")).options(SchedulerOptions::default());
+        let mut b = Worker::builder(url, format!("host-{h}")).options(WorkerOptions::default());
         for s in &specs {
             let (handled, starts) = (handled.clone(), starts.clone());
             b = b.handler(s.task_id.clone(), move |job: Job| {
@@ -111,7 +111,7 @@ async fn fleet(url: &str, tasks: usize) {
         .unwrap();
     let twice: i64 = row.get(6);
     println!(
-        "\n### 1. {tasks} tasks every second on {HOSTS} Scheduler hosts for {} s (one process; default options)\n",
+        "\n### 1. {tasks} tasks every second on {HOSTS} Worker hosts for {} s (one process; default options)\n",
         seconds()
     );
     println!("| measure | value |\n|---|---:|");

@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use rendezvous_client::leader::assert_leader;
-use rendezvous_client::{
-    spawn_run, Job, LeaderElector, LeaderOptions, Pool, PoolOptions, Scheduler, TaskSpec,
-};
+use rendezvous_client::{spawn_run, Job, LeaderElector, LeaderOptions, Pool, PoolOptions, TaskSpec, Worker};
 
 #[tokio::main]
 async fn main() -> rendezvous_client::Result<()> {
@@ -22,7 +20,7 @@ async fn main() -> rendezvous_client::Result<()> {
 
     // The work runtime: a cron task run once across the fleet, and admitted runs of "deliver".
     let nightly = TaskSpec::new("nightly-report", "0 0 * * *").with_time_zone("Europe/Berlin");
-    let scheduler = Scheduler::builder(&url, host.as_str())
+    let worker = Worker::builder(&url, host.as_str())
         .task(nightly, |job: Job| async move {
             // One run per firing, however often the firing is retried: its key is the run's.
             let key = job.key().to_owned();
@@ -64,7 +62,7 @@ async fn main() -> rendezvous_client::Result<()> {
     // Until Ctrl-C; then running work gets 10 s and goes to another host at once after that.
     tokio::signal::ctrl_c().await.ok();
     leader_loop.abort();
-    let report = scheduler.shutdown(Duration::from_secs(10)).await?;
+    let report = worker.shutdown(Duration::from_secs(10)).await?;
     println!("{} jobs finished, {} handed to other hosts", report.finished, report.released);
     elector.shutdown(Duration::from_secs(5)).await?; // a leader resigns: another takes over at once
     Ok(())

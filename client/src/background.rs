@@ -1,5 +1,5 @@
 //! What the long-lived pieces ([`Membership`](crate::Membership),
-//! [`LeaderElector`](crate::LeaderElector), [`Scheduler`](crate::Scheduler)) share: a background
+//! [`LeaderElector`](crate::LeaderElector), [`Worker`](crate::Worker)) share: a background
 //! task behind cloneable handles, and one [`ShutdownReport`].
 use std::sync::Mutex;
 use std::time::Duration;
@@ -12,15 +12,15 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
-    /// Work that finished within the deadline (a [`Scheduler`](crate::Scheduler)'s running
+    /// Work that finished within the deadline (a [`Worker`](crate::Worker)'s running
     /// firings and runs).
     pub finished: u64,
     /// Claims handed back so the next holder takes them at once instead of waiting out a lease:
-    /// a scheduler's firings and runs cut off at the deadline, an elector's term (1 when it led
+    /// a worker's firings and runs cut off at the deadline, an elector's term (1 when it led
     /// and resigned).
     pub released: u64,
     /// The host left the live set, so the fleet sees it gone at once (a
-    /// [`Membership`](crate::Membership) or scheduler). False otherwise: then it drops out of the
+    /// [`Membership`](crate::Membership) or worker). False otherwise: then it drops out of the
     /// set when its heartbeat goes stale.
     pub left: bool,
     /// Everything was done before the deadline. False when the deadline cut something off: the

@@ -1,8 +1,9 @@
 //! Opening connections and driving them: the plain [`connect`] helpers, and the watched
 //! connections the long-lived pieces and the [`Pool`](crate::Pool) are made of.
+use rendezvous_hrw::ALGORITHM;
 use tokio_postgres::GenericClient;
 
-use crate::{hrw, replication, sql, Database, Error, Result};
+use crate::{replication, sql, Database, Error, Result};
 
 /// The extension version this client speaks (the workspace version, shared by both).
 pub const EXTENSION_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -60,8 +61,8 @@ pub async fn check_extension(client: &impl GenericClient) -> Result<Installed> {
         });
     }
     let algorithm: String = sql::query_one(client, sql::HRW_ALGORITHM, &[]).await?.get(0);
-    if algorithm != hrw::ALGORITHM {
-        return Err(Error::AlgorithmMismatch { server: algorithm, client: hrw::ALGORITHM });
+    if algorithm != ALGORITHM {
+        return Err(Error::AlgorithmMismatch { server: algorithm, client: ALGORITHM });
     }
     Ok(installed)
 }

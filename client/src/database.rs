@@ -4,7 +4,7 @@
 //!
 //! Every piece of the client that connects (the stateless calls' [`connect`](crate::connect),
 //! [`Membership`](crate::Membership), [`LeaderElector`](crate::LeaderElector),
-//! [`Scheduler`](crate::Scheduler)) takes anything that converts into a `Database`: a `&str`
+//! [`Worker`](crate::Worker)) takes anything that converts into a `Database`: a `&str`
 //! or `String` URL, or a `Database` built here.
 //!
 //! TLS is OpenSSL, the library libpq uses, with libpq's rules on top, so a URL connects

@@ -1,5 +1,6 @@
-//! Exactly-once firing claims: the low-level calls under the [`Scheduler`](crate::Scheduler),
-//! for callers who decide themselves which firings to try and when.
+//! Exactly-once firing claims: the calls on firing rows under the [`Worker`](crate::Worker) (which
+//! firings are due, claims, renewals, completions, failures), for callers who decide themselves
+//! which firings to try and when.
 //!
 //! What is exactly-once is the **claim**: one live claim per firing, whatever each host
 //! believes about membership or time. Execution is at-least-once across a holder's death: an
@@ -284,6 +285,91 @@ pub async fn firing_states(client: &impl GenericClient, firings: &[&Firing]) -> 
             claimable_in: Duration::try_from_secs_f64(r.get::<_, f64>(2)).unwrap_or_default(),
         })
         .collect())
+}
+
+/// A firing that can be claimed now, as `rendezvous.due_firings` reports it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DueFiring {
+    /// The firing.
+    pub firing: Firing,
+    /// Since when it can be claimed (database clock): its fire time, or the end of the last
+    /// lease or retry backoff.
+    pub claimable_since: SystemTime,
+    /// Claims so far.
+    pub attempts: i32,
+    /// Failed attempts so far.
+    pub failures: i32,
+    /// Its task's lease.
+    pub lease: Duration,
+}
+
+/// The firings claimable now by the database clock (after it made the ones that came due), and
+/// the database's clock reading.
+pub async fn due_firings(client: &impl GenericClient, max: i32) -> Result<(Vec<DueFiring>, SystemTime)> {
+    let (due, db_now) = due_list(client, max).await?;
+    let db_now = match db_now {
+        Some(t) => t,
+        None => sql::query_one(client, sql::CLOCK, &[]).await?.get(0),
+    };
+    Ok((due, db_now))
+}
+
+/// The due firings, and the database clock when there was at least one (a row carries it).
+pub(crate) async fn due_list(
+    client: &impl GenericClient,
+    max: i32,
+) -> Result<(Vec<DueFiring>, Option<SystemTime>)> {
+    let rows = sql::query(client, sql::DUE_FIRINGS, &[&max]).await?;
+    let db_now = rows.first().map(|r| r.get::<_, SystemTime>(6));
+    let due = rows
+        .iter()
+        .map(|r| DueFiring {
+            firing: Firing::new(r.get::<_, String>(0), r.get(1)),
+            claimable_since: r.get(2),
+            attempts: r.get(3),
+            failures: r.get(4),
+            lease: Duration::from_secs_f64(r.get::<_, f64>(5).max(0.001)),
+        })
+        .collect();
+    Ok((due, db_now))
+}
+
+/// The database clock, and when a scheduled firing may next become claimable (`None`: nothing
+/// scheduled).
+pub async fn next_due_at(client: &impl GenericClient) -> Result<(SystemTime, Option<SystemTime>)> {
+    let row = sql::query_one(client, sql::NEXT_DUE, &[]).await?;
+    Ok((row.get(0), row.get(1)))
+}
+
+/// What [`fail_firing`] recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// It will be claimable again at this instant (database clock).
+    RetryAt(SystemTime),
+    /// It failed for good: max attempts reached (or a firing of no scheduled task).
+    Failed,
+    /// Nothing recorded: the token was stale or the firing finished.
+    Stale,
+}
+
+/// Records a failed attempt of a claimed firing (retried with backoff up to the task's max
+/// attempts, then failed for good). `error` is kept (its first 2,000 characters) for operators.
+pub async fn fail_firing(
+    client: &impl GenericClient,
+    firing: &Firing,
+    token: i64,
+    error: &str,
+) -> Result<FailOutcome> {
+    let row =
+        sql::query_one(client, sql::FAIL_FIRING, &[&firing.task_id, &firing.fire_at, &token, &error]).await?;
+    let recorded: bool = row.get(0);
+    let retry_at: Option<SystemTime> = row.get(1);
+    Ok(match (recorded, retry_at) {
+        (false, _) => FailOutcome::Stale,
+        (true, Some(at)) => FailOutcome::RetryAt(at),
+        (true, None) => FailOutcome::Failed,
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! |---|---|---|
 //! | [`Membership`] | [`Membership::start`] | leaves the live set |
 //! | [`LeaderElector`] | [`LeaderElector::start`] | resigns a held term |
-//! | [`Scheduler`], the one work runtime (scheduled firings and admitted runs) | [`Scheduler::builder`] … [`start`](schedule::SchedulerBuilder::start) | releases work cut off at the deadline, leaves the live set |
+//! | [`Worker`], the one work runtime (scheduled firings and admitted runs) | [`Worker::builder`] … [`start`](worker::WorkerBuilder::start) | releases work cut off at the deadline, leaves the live set |
 //!
 //! The HRW algorithm is the same code the extension runs ([`hrw`]), so a host can compute
 //! owners locally and get exactly the server's answer.
@@ -23,13 +23,14 @@
 //! | what | where |
 //! |---|---|
 //! | connections that heal, check the extension | [`Pool`], [`check_extension`]; one plain connection: [`connect`], [`connect_as`] |
-//! | idempotent run admission | [`spawn_run`], and the rest of [`admission`] |
+//! | idempotent run admission | [`spawn_run`], and the rest of [`runs`] |
 //! | membership heartbeat, live set | [`Membership`], and the rest of [`membership`] |
 //! | one leader per group | [`LeaderElector`], and the rest of [`leader`] |
-//! | the work runtime: recurring tasks on the database's clock, admitted runs | [`Scheduler`], and the rest of [`schedule`] and [`runs`] |
+//! | the work runtime: recurring tasks on the database's clock, admitted runs | [`Worker`], and the rest of [`worker`]; tasks in [`task`], runs in [`runs`] |
 //! | low-level claims, for callers who place work themselves | [`firing`], [`runs`] |
+//! | 0.3.0's module names, kept for one release | [`schedule`], [`admission`] |
 //! | local HRW lookups | [`HostSet`] ([`hrw`]) |
-//! | history kept for a while, then deleted in bounded batches (the scheduler runs it) | [`retention`] |
+//! | history kept for a while, then deleted in bounded batches (the worker runs it) | [`retention`] |
 //! | acknowledgements a failover could lose | [`replication`], [`Error::NotReplicated`] |
 //!
 //! The crate root re-exports every public type and the main entry point of each module; the
@@ -77,7 +78,10 @@ pub mod replication;
 pub mod retention;
 pub mod runs;
 pub mod schedule;
+mod session;
 pub mod signals;
+pub mod task;
+pub mod worker;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs
 // and free to change in any release. It stays reachable (rather than `pub(crate)`) because the
 // workspace's integration tests need it: tests/it/contract.rs prepares every statement
@@ -85,7 +89,6 @@ pub mod signals;
 #[doc(hidden)]
 pub mod sql;
 
-pub use admission::{spawn_run, Admission};
 pub use background::ShutdownReport;
 pub use connection::{check_extension, connect, connect_as, Installed, EXTENSION_VERSION};
 pub use database::Database;
@@ -95,11 +98,12 @@ pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
 pub use membership::{HeartbeatStatus, LiveView, Membership, MembershipOptions};
 pub use pool::{Pool, PoolOptions, PoolStatus, PooledClient};
-pub use runs::{RetryPolicy, RunClaim};
-pub use schedule::{
-    CatchUp, Clock, FencedTransaction, Job, Overlap, Scheduler, SchedulerOptions, SchedulerStats, TaskSpec,
-};
+pub use runs::{spawn_run, Admission, RetryPolicy, RunClaim};
+#[allow(deprecated)]
+pub use schedule::{Scheduler, SchedulerOptions, SchedulerStats};
+pub use task::{CatchUp, Overlap, TaskSpec};
 pub use tokio_postgres;
+pub use worker::{Clock, FencedTransaction, Job, Worker, WorkerOptions, WorkerStats};
 /// The OpenSSL bindings and their tokio-postgres connector, for [`Database::with_connector`].
 pub use {openssl, postgres_openssl};
 

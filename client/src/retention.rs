@@ -1,7 +1,7 @@
 //! Retention: finished firings, finished runs and dead hosts are deleted once older than their
 //! `rendezvous.retention_settings` (by default a day, a week and a day), in bounded batches.
-//! A [`Scheduler`](crate::Scheduler) runs the passes by itself (on one host of the fleet: the
-//! one ranking first for them); [`prune`] is one step, for a fleet that runs no scheduler.
+//! A [`Worker`](crate::Worker) runs the passes by itself (on one host of the fleet: the
+//! one ranking first for them); [`prune`] is one step, for a fleet that runs no worker.
 use std::time::Duration;
 
 use tokio_postgres::GenericClient;

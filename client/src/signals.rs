@@ -48,11 +48,11 @@ pub const SYNC_WAITS_CANCELLED: &str = "rendezvous_sync_waits_cancelled_total";
 pub(crate) fn seconds(name: &'static str, d: Duration) {
     metrics::histogram!(name).record(d.as_secs_f64());
 }
-/// Counter: runs claimed by this host's scheduler.
+/// Counter: runs claimed by this host's worker.
 pub const RUNS_CLAIMED: &str = "rendezvous_runs_claimed_total";
-/// Counter: runs completed (succeeded) by this host's scheduler.
+/// Counter: runs completed (succeeded) by this host's worker.
 pub const RUNS_COMPLETED: &str = "rendezvous_runs_completed_total";
-/// Counter: failed run attempts recorded by this host's scheduler (retried, or failed for good).
+/// Counter: failed run attempts recorded by this host's worker (retried, or failed for good).
 pub const RUNS_FAILED: &str = "rendezvous_runs_failed_total";
 /// History deleted by this host's retention passes, by `kind`: `firings`, `runs`, `hosts`
 /// (counter).

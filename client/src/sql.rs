@@ -332,9 +332,24 @@ mod tests {
     /// client would escape it. Doc comments (examples) and the tests' own SQL are fine.
     #[test]
     fn the_client_sends_no_sql_but_these() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        for entry in std::fs::read_dir(&src).unwrap() {
-            let path = entry.unwrap().path();
+        // Every source file, in src/ and its module directories.
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(
+            files.iter().any(|p| p.ends_with("worker/control.rs")),
+            "the walk reaches module directories"
+        );
+        for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
             let code = text.split("#[cfg(test)]").next().unwrap();
             let is_sql_file = path.file_name().unwrap() == "sql.rs";

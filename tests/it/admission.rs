@@ -1,7 +1,7 @@
 //! Idempotent spawn admission through the client: a key's life from first spawn to redelivery, and more.
 use std::sync::Arc;
 
-use rendezvous_client::{admission, spawn_run, Admission};
+use rendezvous_client::{runs, spawn_run, Admission};
 use rendezvous_tests::TestDb;
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -149,7 +149,7 @@ async fn tenants_duplicates_of_another_request_and_purge() {
     assert_ne!(x.run_id, y.run_id);
 
     // Purge: only finished runs older than the bound; a purged key admits a new run.
-    assert_eq!(admission::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 0);
+    assert_eq!(runs::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 0);
     // Run it to success: claim (everything admitted so far), complete the keyed one.
     let claims = rendezvous_client::runs::claim_runs(
         &client,
@@ -164,8 +164,8 @@ async fn tenants_duplicates_of_another_request_and_purge() {
     .unwrap();
     let mine = claims.iter().find(|c| c.run_id == a.run_id).expect("the keyed run was claimed");
     assert!(rendezvous_client::runs::complete_run(&client, a.run_id, mine.token, None).await.unwrap());
-    assert_eq!(admission::purge_runs(&client, std::time::Duration::from_secs(3600)).await.unwrap(), 0);
-    assert_eq!(admission::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(runs::purge_runs(&client, std::time::Duration::from_secs(3600)).await.unwrap(), 0);
+    assert_eq!(runs::purge_runs(&client, std::time::Duration::ZERO).await.unwrap(), 1);
     let fresh = spawn_run(&client, "tenant-a", "wf", &json!({}), Some("same-key")).await.unwrap();
     assert!(fresh.created);
     assert_ne!(fresh.run_id, a.run_id);

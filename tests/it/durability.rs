@@ -188,7 +188,7 @@ async fn wait_until(client: &tokio_postgres::Client, query: &str) {
 /// itself and goes on running firings there, with tokens above the old timeline's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
-    use rendezvous_client::{Job, Scheduler, SchedulerOptions, TaskSpec};
+    use rendezvous_client::{Job, TaskSpec, Worker, WorkerOptions};
     let primary = Cluster::start().await.unwrap();
     let standby = primary.standby().unwrap();
     let url = format!(
@@ -200,9 +200,9 @@ async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
     let in_recovery: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.unwrap().get(0);
     assert!(!in_recovery);
     drop(client);
-    let scheduler = Scheduler::builder(url.as_str(), "h1")
+    let scheduler = Worker::builder(url.as_str(), "h1")
         .options(
-            SchedulerOptions::default()
+            WorkerOptions::default()
                 .with_poll(Duration::from_millis(200))
                 .with_heartbeat(Duration::from_millis(300))
                 .with_staleness(Duration::from_secs(2))
@@ -407,12 +407,12 @@ async fn a_cancelled_synchronous_replication_wait_is_an_error_not_an_acknowledge
 
 /// No host waits forever on a primary that cannot commit (#23): once the server requires a
 /// synchronous standby that never comes (a primary cut off from its standby), every commit
-/// waits. A Scheduler bounds each look and each side call by its call timeout, connects again,
+/// waits. A Worker bounds each look and each side call by its call timeout, connects again,
 /// and shuts down promptly; without the timeout its loop hangs in its first waiting commit,
 /// never connects again, and its shutdown never returns. A Membership's heartbeats likewise.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
-    use rendezvous_client::{Job, Membership, MembershipOptions, Scheduler, SchedulerOptions};
+    use rendezvous_client::{Job, Membership, MembershipOptions, Worker, WorkerOptions};
     let cluster = Cluster::start_with(&ClusterOptions {
         settings: vec![("fsync".into(), "off".into())],
         ..ClusterOptions::default()
@@ -420,12 +420,12 @@ async fn a_scheduler_never_hangs_on_a_primary_that_cannot_commit() {
     .await
     .unwrap();
     let admin = rendezvous_tests::connect(&cluster.url()).await;
-    let options = SchedulerOptions::default()
+    let options = WorkerOptions::default()
         .with_call_timeout(Duration::from_secs(1))
         .with_poll(Duration::from_millis(200))
         .with_heartbeat(Duration::from_millis(300))
         .with_max_backoff(Duration::from_millis(300));
-    let scheduler = Scheduler::builder(cluster.url().as_str(), "h")
+    let scheduler = Worker::builder(cluster.url().as_str(), "h")
         .options(options)
         .workflow("w", |_job: Job| async { Ok::<(), std::io::Error>(()) })
         .start()

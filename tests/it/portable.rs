@@ -1,14 +1,14 @@
 //! The portable edition beside the native one on the same cluster: schedules evaluated alike
 //! on random patterns and across daylight-saving transitions in several zones (fire times,
 //! catch-up plans, next fire times, errors' SQLSTATEs), and the client unchanged against it (it
-//! reports the edition; a Scheduler runs firings and runs, a Leader leads).
+//! reports the edition; a Worker runs firings and runs, a Leader leads).
 //!
 //! The portable script is the one `scripts/install.sh` made for the installed version
 //! (`RENDEZVOUS_PORTABLE_SCRIPT`; scripts/test.sh sets it).
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use rendezvous_client::{Job, LeaderElector, LeaderOptions, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_client::{Job, LeaderElector, LeaderOptions, TaskSpec, Worker, WorkerOptions};
 use rendezvous_tests::{wait_for_count, TestDb};
 
 fn portable_script() -> String {
@@ -189,13 +189,13 @@ async fn the_client_runs_against_the_portable_edition_unchanged() {
         .await
         .unwrap();
     // Two hosts: a per-second task whose firings each run once, and runs admitted by them.
-    let options = SchedulerOptions::default()
+    let options = WorkerOptions::default()
         .with_poll(Duration::from_millis(200))
         .with_rank_delay(Duration::from_millis(200))
         .with_heartbeat(Duration::from_millis(300));
     let mut hosts = Vec::new();
     for h in ["portable-a", "portable-b"] {
-        let host = Scheduler::builder(&db.url, h)
+        let host = Worker::builder(&db.url, h)
             .options(options.clone())
             .task(TaskSpec::new("tick", "* * * * * *"), move |mut job: Job| async move {
                 let key = job.key().to_owned();

@@ -2,7 +2,7 @@
 //! on one host, and nothing that is unfinished or recent.
 use std::time::{Duration, Instant};
 
-use rendezvous_client::{retention, Job, Scheduler, SchedulerOptions};
+use rendezvous_client::{retention, Job, Worker, WorkerOptions};
 use rendezvous_tests::TestDb;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -33,10 +33,10 @@ async fn a_scheduler_prunes_old_history_in_bounded_steps() {
     assert_eq!((step.firings, step.runs), (1000, 1000), "{step:?}");
 
     // The rest, by a running scheduler's own passes.
-    let options = SchedulerOptions::default()
+    let options = WorkerOptions::default()
         .with_heartbeat(Duration::from_millis(200))
         .with_retention(Some(Duration::from_millis(300)));
-    let scheduler = Scheduler::builder(&db.url, "keeper")
+    let scheduler = Worker::builder(&db.url, "keeper")
         .options(options)
         .workflow("w-none", |_job: Job| async { Ok::<_, rendezvous_client::Error>(()) })
         .start()

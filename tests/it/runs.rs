@@ -1,6 +1,6 @@
 //! Runs that run, through the client: exactly-once execution under 16 concurrent claimers, a
 //! killed or terminated holder's run taken over at once, retries then failure for good, the
-//! Scheduler's workflows woken by NOTIFY, and a firing that spawns one run however often it
+//! Worker's workflows woken by NOTIFY, and a firing that spawns one run however often it
 //! retries. (Transitions, fencing and the host role's EXECUTE-only access: pg_test/sql/runs.sql.)
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rendezvous_client::runs::{self, claim_runs, ClaimRuns, RetryPolicy, RunFailure};
-use rendezvous_client::{spawn_run, Job, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_client::{spawn_run, Job, TaskSpec, Worker, WorkerOptions};
 use rendezvous_tests::{wait_for_count, TestDb};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
@@ -206,7 +206,7 @@ async fn failed_attempts_are_retried_then_the_run_fails_for_good() {
     );
 }
 
-/// A Scheduler runs admitted runs of its workflows: an idle one (polling once a minute) starts
+/// A Worker runs admitted runs of its workflows: an idle one (polling once a minute) starts
 /// a new run at once, woken by the NOTIFY spawn_run sends; a failing handler's run is retried
 /// by the scheduler until it succeeds, and every run ends succeeded exactly once.
 #[tokio::test(flavor = "multi_thread")]
@@ -215,10 +215,9 @@ async fn a_scheduler_runs_its_workflows_woken_by_notify() {
     let client = db.connect().await;
     let started: Arc<Mutex<HashMap<i64, (Instant, u32)>>> = Arc::default();
     let failures = Arc::new(AtomicU32::new(0));
-    let options =
-        SchedulerOptions::default().with_poll(Duration::from_secs(60)).with_rank_delay(Duration::ZERO);
+    let options = WorkerOptions::default().with_poll(Duration::from_secs(60)).with_rank_delay(Duration::ZERO);
     let (s, f) = (started.clone(), failures.clone());
-    let scheduler = Scheduler::builder(db.url.as_str(), "host-a")
+    let scheduler = Worker::builder(db.url.as_str(), "host-a")
         .options(options)
         .workflow("deliver", move |mut job: Job| {
             let (started, failures) = (s.clone(), f.clone());
@@ -269,8 +268,8 @@ async fn a_firing_that_spawns_a_run_gets_one_run_however_often_it_retries() {
         .with_max_attempts(5)
         .with_retry_backoff(Duration::ZERO);
     let options =
-        SchedulerOptions::default().with_poll(Duration::from_millis(100)).with_rank_delay(Duration::ZERO);
-    let scheduler = Scheduler::builder(db.url.as_str(), "host-a")
+        WorkerOptions::default().with_poll(Duration::from_millis(100)).with_rank_delay(Duration::ZERO);
+    let scheduler = Worker::builder(db.url.as_str(), "host-a")
         .options(options)
         .task(task, move |job: Job| {
             let attempts = a.clone();
@@ -314,7 +313,7 @@ async fn a_firing_that_spawns_a_run_gets_one_run_however_often_it_retries() {
 
 /// A host that starts under a host id ends what an earlier process under that id still holds
 /// (#23): the earlier process is stopped (SIGSTOP: its session lives, its lease is an hour), and
-/// a new Scheduler under the same id runs its run at once instead of waiting out the lease.
+/// a new Worker under the same id runs its run at once instead of waiting out the lease.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
     let db = TestDb::new("runs_restart").await;
@@ -324,8 +323,8 @@ async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
     assert_eq!(run_id, run.run_id);
     let pid = old.id().unwrap().to_string();
     std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();
-    let options = SchedulerOptions::default().with_rank_delay(Duration::ZERO);
-    let scheduler = Scheduler::builder(db.url.as_str(), "host-r")
+    let options = WorkerOptions::default().with_rank_delay(Duration::ZERO);
+    let scheduler = Worker::builder(db.url.as_str(), "host-r")
         .options(options)
         .workflow("restart", |_job: Job| async { Ok::<(), std::io::Error>(()) })
         .start()
@@ -360,8 +359,8 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
     let mut hosts = Vec::new();
     for h in ["pf-a", "pf-b", "pf-c"] {
         let seen = seen.clone();
-        let options = SchedulerOptions::default().with_max_concurrent(2).with_prefetch(32);
-        let scheduler = Scheduler::builder(db.url.as_str(), h)
+        let options = WorkerOptions::default().with_max_concurrent(2).with_prefetch(32);
+        let scheduler = Worker::builder(db.url.as_str(), h)
             .options(options)
             .workflow("pf", move |job: Job| {
                 *seen.lock().unwrap().entry(job.run().unwrap().run_id).or_default() += 1;
@@ -385,8 +384,8 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
         .execute("SELECT rendezvous.spawn_run('acme', 'slow', '{}') FROM generate_series(1, 30)", &[])
         .await
         .unwrap();
-    let options = SchedulerOptions::default().with_max_concurrent(1).with_prefetch(20);
-    let slow = Scheduler::builder(db.url.as_str(), "pf-slow")
+    let options = WorkerOptions::default().with_max_concurrent(1).with_prefetch(20);
+    let slow = Worker::builder(db.url.as_str(), "pf-slow")
         .options(options)
         .workflow("slow", |_job: Job| async {
             tokio::time::sleep(Duration::from_secs(60)).await;

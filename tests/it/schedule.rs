@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rendezvous_client::Clock;
-use rendezvous_client::{CatchUp, Job, Overlap, Scheduler, SchedulerOptions, TaskSpec};
+use rendezvous_client::{CatchUp, Job, Overlap, TaskSpec, Worker, WorkerOptions};
 use rendezvous_tests::{hourly_tasks_due_now, wait_for_count, TestDb};
 
 /// Options for quick tests: short polls and rank delays.
-fn quick() -> SchedulerOptions {
-    SchedulerOptions::default()
+fn quick() -> WorkerOptions {
+    WorkerOptions::default()
         .with_poll(Duration::from_millis(200))
         .with_rank_delay(Duration::from_millis(200))
         .with_heartbeat(Duration::from_millis(300))
@@ -95,7 +95,7 @@ async fn a_seconds_cron_runs_once_per_fire_time_across_three_hosts_never_early()
             quick()
         };
         hosts.push(
-            Scheduler::builder(&db.url, host)
+            Worker::builder(&db.url, host)
                 .options(options)
                 .task(spec.clone(), recording(host))
                 .start()
@@ -124,7 +124,7 @@ async fn a_seconds_cron_runs_once_per_fire_time_across_three_hosts_never_early()
     assert_eq!(early, 0, "a firing started before it was due by the database clock");
     // Every fire time between the first and the last ran.
     let (first, last): (SystemTime, SystemTime) = (row.get(4), row.get(5));
-    let expected = rendezvous_client::schedule::fire_times(
+    let expected = rendezvous_client::task::fire_times(
         &client,
         "* * * * * *",
         "UTC",
@@ -160,7 +160,7 @@ async fn a_failing_task_is_retried_with_backoff_then_failed_for_good_without_a_h
         .with_retry_backoff(Duration::from_millis(300))
         .with_lease(Duration::from_secs(5));
     let counter = calls.clone();
-    let scheduler = Scheduler::builder(&db.url, "h1")
+    let scheduler = Worker::builder(&db.url, "h1")
         .options(quick())
         .task(spec, move |job: Job| {
             let counter = counter.clone();
@@ -238,7 +238,7 @@ async fn a_handler_error_or_panic_rolls_back_its_writes_and_is_recorded() {
     db.connect().await.batch_execute("CREATE TABLE effects (key text PRIMARY KEY)").await.unwrap();
     let spec = TaskSpec::new("half", "* * * * * *").with_max_attempts(1);
     let panicky = TaskSpec::new("panicky", "* * * * * *").with_max_attempts(1);
-    let scheduler = Scheduler::builder(&db.url, "h1")
+    let scheduler = Worker::builder(&db.url, "h1")
         .options(quick())
         .task(spec, |mut job: Job| async move {
             let key = job.key().to_owned();
@@ -294,10 +294,10 @@ async fn a_burst_is_claimed_in_one_look_beyond_the_free_slots_and_what_waits_goe
         })
         .collect();
     for spec in &specs {
-        rendezvous_client::schedule::schedule_task(&client, spec).await.unwrap();
+        rendezvous_client::task::schedule_task(&client, spec).await.unwrap();
     }
     hourly_tasks_due_now(&client).await;
-    let mut builder = Scheduler::builder(&db.url, "busy-host").options(quick().with_max_concurrent(2));
+    let mut builder = Worker::builder(&db.url, "busy-host").options(quick().with_max_concurrent(2));
     for spec in &specs {
         builder = builder.handler(spec.task_id.clone(), stays("busy-host"));
     }
@@ -331,9 +331,9 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
     // A long lease: without the release, the takeover would wait a minute.
     let spec = TaskSpec::new("slow", "every 3600 seconds").with_lease(Duration::from_secs(60));
     let client = db.connect().await;
-    rendezvous_client::schedule::schedule_task(&client, &spec).await.unwrap();
+    rendezvous_client::task::schedule_task(&client, &spec).await.unwrap();
     hourly_tasks_due_now(&client).await;
-    let slow = Scheduler::builder(&db.url, "slow-host")
+    let slow = Worker::builder(&db.url, "slow-host")
         .options(quick())
         .handler("slow", stays("slow-host"))
         .start()
@@ -342,7 +342,7 @@ async fn shutdown_releases_running_firings_and_another_host_takes_them_at_once()
     wait_for_count(&client, "SELECT count(*) FROM starts", 1).await;
     let report = slow.shutdown(Duration::from_millis(300)).await.unwrap();
     assert_eq!((report.finished, report.released), (0, 1));
-    let next = Scheduler::builder(&db.url, "next-host")
+    let next = Worker::builder(&db.url, "next-host")
         .options(quick())
         .task(spec, recording("next-host"))
         .start()
@@ -366,7 +366,7 @@ async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
     starts_table(&db).await;
     let spec = TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(3));
     let scheduler =
-        Scheduler::builder(&db.url, "h1").options(quick()).task(spec, recording("h1")).start().await.unwrap();
+        Worker::builder(&db.url, "h1").options(quick()).task(spec, recording("h1")).start().await.unwrap();
     let client = db.connect().await;
     wait_for_count(&client, "SELECT count(*) FROM starts", 2).await;
     for _ in 0..3 {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use rendezvous_client::{
-    hrw, membership, signals, spawn_run, Job, LeaderElector, LeaderOptions, Scheduler, SchedulerOptions,
-    TaskSpec,
+    hrw, membership, signals, spawn_run, Job, LeaderElector, LeaderOptions, TaskSpec, Worker, WorkerOptions,
 };
 use rendezvous_tests::TestDb;
 
@@ -109,8 +108,8 @@ async fn the_client_reports_admissions_terms_firings_and_live_hosts() {
     assert_eq!(after.gauge(signals::LEADER, &[("group", &group)]), Some(0.0));
 
     // Firings of a scheduled task, run by the work runtime.
-    let scheduler = Scheduler::builder(&db.url, "h1")
-        .options(SchedulerOptions::default().with_poll(Duration::from_millis(100)))
+    let scheduler = Worker::builder(&db.url, "h1")
+        .options(WorkerOptions::default().with_poll(Duration::from_millis(100)))
         .task(TaskSpec::every("sig", Duration::from_secs(1)), |_job: Job| async {
             Ok::<(), std::io::Error>(())
         })

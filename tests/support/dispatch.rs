@@ -3,7 +3,7 @@
 //! decides who tries first (at `fire_at + rank × grace`), the database decides who wins, and
 //! each firing runs once per claim. It drives `claim_firings`, `firing_states`,
 //! `renew_firing`, `release_firing` and `complete_firings` from many hosts under skewed clocks
-//! and divergent views, which is what the tests check. (Applications use the `Scheduler`.)
+//! and divergent views, which is what the tests check. (Applications use the `Worker`.)
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::future::Future;

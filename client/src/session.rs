@@ -1,0 +1,118 @@
+//! A connection that a long-lived piece makes when it first needs it, makes again when it is
+//! lost, and whose every call is bounded: a primary that cannot commit (cut off from its
+//! synchronous standby) or a dead network path would otherwise hold the piece forever. Past
+//! the bound the connection is dropped, and the next call connects again (through a multi-host
+//! URL, to whichever server accepts writes).
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::Client;
+
+use crate::{Database, Result};
+
+/// A reconnecting, call-bounded connection (see the module's docs).
+pub(crate) struct Session {
+    database: Database,
+    application_name: String,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    /// The longest one call (its connection included) may take.
+    timeout: Duration,
+}
+
+impl Session {
+    pub(crate) fn new(database: Database, application_name: String, timeout: Duration) -> Session {
+        Session { database, application_name, client: tokio::sync::Mutex::new(None), timeout }
+    }
+
+    /// The open connection, or a new one.
+    async fn get(&self) -> Result<Arc<Client>> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(crate::connection::connect_as(&self.database, &self.application_name).await?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Drops `client` if it is still the session's connection (a later one is kept).
+    async fn forget(&self, client: &Arc<Client>) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            *slot = None;
+        }
+    }
+
+    /// Closes the connection, if any: a piece that has nothing to do for a while holds none.
+    pub(crate) async fn close(&self) {
+        *self.client.lock().await = None;
+    }
+
+    /// Runs `call` on the connection, reconnecting and trying again (three times in all) when
+    /// the connection was lost, the server stopped taking writes, or the call got no answer
+    /// within the timeout (the connection is then dropped).
+    pub(crate) async fn call<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut last = None;
+        for attempt in 0..3u32 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+            let client = match self.get().await {
+                Ok(c) => c,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            match tokio::time::timeout(self.timeout, call(client.clone())).await {
+                // A lost connection, or a server that stopped taking writes (its connection
+                // closes itself; lib.rs): the next attempt connects again.
+                Ok(Err(e))
+                    if client.is_closed() || e.sqlstate() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
+                {
+                    last = Some(e)
+                }
+                Ok(other) => return other,
+                Err(_) => {
+                    tracing::warn!(timeout = ?self.timeout, name = %self.application_name, "no answer on the connection; connecting again");
+                    self.forget(&client).await;
+                    last = Some(crate::connection::no_answer(self.timeout));
+                }
+            }
+        }
+        Err(last.expect("at least one attempt"))
+    }
+
+    /// Runs `call` once, its connection included within the timeout; on any failure the
+    /// connection is dropped (the next call makes a new one) and the error returned.
+    pub(crate) async fn call_once<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let attempt = async {
+            let client = self.get().await.map_err(|e| (e, None))?;
+            call(client.clone()).await.map_err(|e| (e, Some(client)))
+        };
+        let outcome = match tokio::time::timeout(self.timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err((crate::connection::no_answer(self.timeout), None)),
+        };
+        match outcome {
+            Ok(v) => Ok(v),
+            Err((e, client)) => {
+                match client {
+                    Some(c) => self.forget(&c).await,
+                    None => self.close().await,
+                }
+                Err(e)
+            }
+        }
+    }
+}

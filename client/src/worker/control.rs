@@ -1,0 +1,259 @@
+//! The worker's loop: one control connection (reconnected with backoff when lost), a look at
+//! the database at a time — heartbeat, the sources of work, the next wake-up — and the
+//! wake-ups between looks (announced work, a freed slot).
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+use super::clock::{jittered, Offset};
+use super::executor::start_queued;
+use super::maintenance::RETENTION_KEY;
+use super::run_source::{self, RunLook};
+use super::stats::Counters;
+use super::{firing_source, Clock, Shared};
+use crate::membership::{self, LiveView};
+use crate::task::schedule_task;
+use crate::{signals, sql, Error, Result};
+
+/// The shortest time between two looks at the database: an instant the clocks' measured
+/// offset puts just past, or firings finishing one after another, wait this long.
+pub(super) const MIN_TICK: Duration = Duration::from_millis(10);
+
+/// After a firing finishes, how long a worker gathers others finishing before it looks for
+/// more work (unless its next look is due anyway).
+const GATHER: Duration = Duration::from_millis(50);
+
+/// The scheduling loop's connection, and the wake-ups it listens for.
+pub(super) struct Control {
+    pub(super) client: Client,
+    /// Announcements of runs that became runnable (when the worker has workflows) and of
+    /// firings just made (when it has task handlers).
+    pub(super) wakeups: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+}
+
+/// A control connection, checked, with this host's tasks registered, listening for runnable
+/// runs when the worker has workflows.
+pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
+    let watched = crate::connection::connect_watched(
+        &shared.database,
+        &format!("rendezvous scheduler {}", shared.host_id),
+    )
+    .await?;
+    let client = watched.client;
+    crate::connection::check_extension(&client).await?;
+    for spec in &shared.tasks {
+        schedule_task(&client, spec).await?;
+    }
+    if !shared.workflows.is_empty() {
+        client.batch_execute(sql::LISTEN_RUNS).await?;
+    }
+    if !shared.handlers.is_empty() {
+        client.batch_execute(sql::LISTEN_FIRINGS).await?;
+    }
+    membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
+    Ok(Control { client, wakeups: watched.notifications })
+}
+
+/// The scheduling loop; returns the handles of firings still running when it stopped.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    first: Control,
+    mut stop: watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let mut control = Some(first);
+    let mut jobs: Vec<JoinHandle<()>> = Vec::new();
+    let mut backoff = Duration::from_millis(100);
+    let mut last_heartbeat = Instant::now();
+    let mut view: Option<LiveView> = None;
+    let mut offset: Option<Offset> = None;
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        jobs.retain(|j| !j.is_finished());
+        let mut control_now = match control.take().filter(|c| !c.client.is_closed()) {
+            Some(c) => c,
+            None => match opened(&shared, &mut stop).await {
+                Ok(c) => {
+                    Counters::add(&shared.counters.reconnects);
+                    metrics::counter!(signals::RECONNECTS, "component" => "scheduler").increment(1);
+                    tracing::info!(host_id = %shared.host_id, "scheduler reconnected");
+                    backoff = Duration::from_millis(100);
+                    view = None;
+                    offset = None;
+                    c
+                }
+                Err(e) => {
+                    tracing::warn!(host_id = %shared.host_id, error = %e, ?backoff, "scheduler cannot connect; retrying");
+                    sleep_or_stop(jittered(backoff), &mut stop).await;
+                    backoff = (backoff * 2).min(shared.options.max_backoff);
+                    continue;
+                }
+            },
+        };
+        let ticked = Instant::now();
+        // A look that gets no answer (a primary that cannot commit, a dead path) ends with the
+        // timeout, and the connection is made again; a shutdown does not wait for it.
+        let looked = tokio::select! {
+            r = tokio::time::timeout(
+                shared.options.call_timeout,
+                tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat, &mut jobs),
+            ) => r,
+            _ = stop.changed() => break,
+        };
+        let looked = looked.unwrap_or_else(|_| {
+            Counters::add(&shared.counters.timeouts);
+            Err(crate::connection::no_answer(shared.options.call_timeout))
+        });
+        match looked {
+            Ok(wait) => {
+                let wakeups = &mut control_now.wakeups;
+                let mut next_look = ticked + wait;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(next_look.into()) => break,
+                        Some(_) = wakeups.recv() => {
+                            // Runs became runnable, or another host made a burst of firings:
+                            // look now, once for all announced meanwhile.
+                            while wakeups.try_recv().is_ok() {}
+                            break;
+                        }
+                        _ = shared.finished.notified() => {
+                            // Work queued here takes a freed slot with no look at the database.
+                            if !shared.queued.lock().expect("queue lock").is_empty() {
+                                if let Err(e) = start_queued(&shared, &mut jobs) {
+                                    tracing::warn!(error = %e, "could not start queued work");
+                                }
+                                continue;
+                            }
+                            // With work waiting, a freed slot is claimed at once. Otherwise
+                            // jobs finishing one by one must not make a look each (each costs
+                            // the database a query): the next look gathers what finished
+                            // meanwhile, and an announced run still wakes the host at once.
+                            if shared.runs_waiting.load(Ordering::Relaxed)
+                                || shared.firings_waiting.load(Ordering::Relaxed)
+                            {
+                                break;
+                            }
+                            next_look = next_look.min(ticked + GATHER);
+                        }
+                        _ = stop.changed() => break,
+                    }
+                }
+                control = Some(control_now);
+            }
+            Err(e) => {
+                tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler's look failed; connecting again");
+                sleep_or_stop(jittered(backoff), &mut stop).await;
+                backoff = (backoff * 2).min(shared.options.max_backoff);
+            }
+        }
+    }
+    jobs.retain(|j| !j.is_finished());
+    jobs
+}
+
+/// A new control connection within the call timeout (registering tasks and heartbeating are
+/// commits, which a primary cut off from its synchronous standby never acknowledges).
+async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Control> {
+    let limit = shared.options.call_timeout;
+    tokio::select! {
+        r = tokio::time::timeout(limit, open_control(shared)) => {
+            r.unwrap_or_else(|_| {
+                Counters::add(&shared.counters.timeouts);
+                Err(crate::connection::no_answer(limit))
+            })
+        }
+        _ = stop.changed() => Err(Error::Disconnected("stopping".into())),
+    }
+}
+
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = stop.changed() => {}
+    }
+}
+
+/// One look at the database: heartbeat when due, claim what this host should run now, start it;
+/// returns how long to sleep before the next look.
+async fn tick(
+    shared: &Arc<Shared>,
+    client: &Client,
+    view: &mut Option<LiveView>,
+    offset: &mut Option<Offset>,
+    last_heartbeat: &mut Instant,
+    jobs: &mut Vec<JoinHandle<()>>,
+) -> Result<Duration> {
+    let o = &shared.options;
+    let heartbeat_due = view.is_none() || last_heartbeat.elapsed() >= o.heartbeat;
+    if heartbeat_due {
+        heartbeat(shared, client, view).await?;
+        *last_heartbeat = Instant::now();
+    }
+    let hosts = view.as_ref().expect("read above").hosts();
+    if shared.slots.available_permits() == 0 {
+        return Ok(o.poll); // woken early by a finishing firing
+    }
+    // A worker of workflows alone reads no firings: it measures the clocks' offset (for when
+    // the next run becomes runnable) with each heartbeat instead.
+    let (mut wait, mut next) = if shared.handlers.is_empty() {
+        if heartbeat_due || offset.is_none() {
+            let local_before = SystemTime::now();
+            let db_now: SystemTime = sql::query_one(client, sql::CLOCK, &[]).await?.get(0);
+            *offset = Some(Offset::measure(db_now, local_before, SystemTime::now()));
+        }
+        (o.poll, None)
+    } else {
+        firing_source::claim_due(shared, client, hosts, offset).await?
+    };
+    // Firings claimed now and work queued before go into the free slots, oldest claim first.
+    start_queued(shared, jobs)?;
+    // Admitted runs, with the slots the firings left.
+    if !shared.workflows.is_empty() {
+        match run_source::claim(shared, client, jobs).await? {
+            RunLook::MoreWaiting => return Ok(MIN_TICK), // look again once slots free up
+            RunLook::NextRunnable(Some(at)) => next = Some(next.map_or(at, |n| n.min(at))),
+            RunLook::NextRunnable(None) => {}
+        }
+    }
+    if shared.slots.available_permits() == 0 {
+        return Ok(o.poll); // woken early by a finishing job
+    }
+    // Sleep until the database says something becomes due next (by its clock), at most `poll`.
+    if let Some(next) = next {
+        let offset = offset.expect("measured above");
+        let (at_local, now_local) = match &o.clock {
+            Clock::Database => (offset.to_local(next), SystemTime::now()),
+            // A host with its own clock believes the database's instant is its own.
+            Clock::Local(f) => (next, f()),
+        };
+        wait = wait.min(at_local.duration_since(now_local).unwrap_or_default());
+    }
+    // Never spin: an instant already past (the clocks' offset is measured, not exact) is
+    // looked at again after a few milliseconds.
+    Ok(wait.max(MIN_TICK))
+}
+
+/// This host's heartbeat, and its view of the live set read again when it changed (the whole
+/// set only then: what a fleet of many hosts can afford); whether it runs retention follows.
+async fn heartbeat(shared: &Shared, client: &Client, view: &mut Option<LiveView>) -> Result<()> {
+    let o = &shared.options;
+    let ok = membership::heartbeat(client, &shared.host_id, o.weight).await;
+    metrics::counter!(signals::HEARTBEATS, "result" => if ok.is_ok() { "ok" } else { "error" }).increment(1);
+    ok?;
+    match view {
+        Some(v) => {
+            v.refresh(client).await?;
+        }
+        None => *view = Some(LiveView::read(client, o.staleness).await?),
+    }
+    let live = view.as_ref().expect("read above").hosts();
+    let owner = live.winner(RETENTION_KEY) == Some(shared.host_id.as_str());
+    shared.retention_owner.store(owner, Ordering::Relaxed);
+    Ok(())
+}

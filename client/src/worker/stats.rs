@@ -1,0 +1,61 @@
+//! What a [`Worker`](super::Worker) did so far: [`WorkerStats`], kept as atomic counters.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts of what a [`Worker`] did so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// Claims won.
+    pub claimed: u64,
+    /// Claim attempts lost (another host was first): wasted work.
+    pub lost_claims: u64,
+    /// Firings completed here.
+    pub completed: u64,
+    /// Completions refused: the lease had run out and another host took over.
+    pub stale_completions: u64,
+    /// Failed attempts recorded (each is retried, or failed for good).
+    pub failed_attempts: u64,
+    /// Failed attempts that were the last one: failed for good.
+    pub failed_for_good: u64,
+    /// Claims given back unfinished at shutdown.
+    pub released: u64,
+    /// New control connections after one was lost.
+    pub reconnects: u64,
+    /// Looks at the database and connection attempts given up at the call timeout (a primary
+    /// that cannot commit, a dead network path); each drops the connection.
+    pub timeouts: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) claimed: AtomicU64,
+    pub(super) lost_claims: AtomicU64,
+    pub(super) completed: AtomicU64,
+    pub(super) stale_completions: AtomicU64,
+    pub(super) failed_attempts: AtomicU64,
+    pub(super) failed_for_good: AtomicU64,
+    pub(super) released: AtomicU64,
+    pub(super) reconnects: AtomicU64,
+    pub(super) timeouts: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn add(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn snapshot(&self) -> WorkerStats {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerStats {
+            claimed: g(&self.claimed),
+            lost_claims: g(&self.lost_claims),
+            completed: g(&self.completed),
+            stale_completions: g(&self.stale_completions),
+            failed_attempts: g(&self.failed_attempts),
+            failed_for_good: g(&self.failed_for_good),
+            released: g(&self.released),
+            reconnects: g(&self.reconnects),
+            timeouts: g(&self.timeouts),
+        }
+    }
+}
