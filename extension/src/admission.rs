@@ -15,10 +15,11 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::c_function::{arg, composite, v1_info, varlena_bytes};
 use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, MAX_ID_BYTES};
+use crate::compat;
 use crate::errors::raise;
-use crate::kept_plan::{self, value, KeptPlan};
+use crate::ffi::c_function::{arg, composite, v1_info, varlena_bytes};
+use crate::ffi::kept_plan::{self, value, KeptPlan};
 
 extension_sql_file!("admission.sql", name = "admission", requires = ["checks"]);
 
@@ -34,13 +35,6 @@ thread_local! {
          VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::INTERVALOID],
-    ) };
-    /// INSERT for a database still on 0.2.0's tables and declaration (spawn_run without a
-    /// retry policy): this library installed, `ALTER EXTENSION … UPDATE` not yet run.
-    static INSERT_0_2: KeptPlan = const { KeptPlan::new(
-        "INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
-        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID],
     ) };
     /// A new run is announced, so an idle worker starts it without waiting for its next poll
     /// (one notification per transaction, whatever it admits).
@@ -65,6 +59,9 @@ thread_local! {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: PostgreSQL calls this with `spawn_run`'s arguments (text, text, jsonb, text, and from
+    // 0.3.0 integer and interval), each checked before use; `admit` connects SPI itself, and
+    // `composite` forms the declared result from by-value datums.
     unsafe {
         let (tenant_id, workflow_ref, input, dispatch_key) =
             (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
@@ -98,9 +95,12 @@ pub unsafe extern "C-unwind" fn rendezvous_spawn_run(fcinfo: pg_sys::FunctionCal
 /// `max_attempts` is an `integer` datum and `retry_backoff` an `interval` one, when present.
 unsafe fn check_retry_policy(max_attempts: Option<pg_sys::Datum>, retry_backoff: Option<pg_sys::Datum>) {
     let attempts_ok = max_attempts.is_some_and(|d| (1..=1000).contains(&(d.value() as i32)));
+    // SAFETY: `retry_backoff` is an interval datum (this function's contract).
     let backoff_ok =
         retry_backoff.is_some_and(|d| unsafe { finite_interval_vs_zero(d, pg_sys::interval_ge) });
     if !(attempts_ok && backoff_ok) {
+        // SAFETY: the datums are an integer and an interval, the types `_check_retry_policy`
+        // declares.
         unsafe {
             raise_sql_check(
                 c"SELECT rendezvous._check_retry_policy($1, $2)",
@@ -112,7 +112,14 @@ unsafe fn check_retry_policy(max_attempts: Option<pg_sys::Datum>, retry_backoff:
 }
 
 /// `(run_id, created, same_request)`: the insert's, or the run it yielded to.
+///
+/// # Safety
+/// `args` are `spawn_run`'s checked arguments: text, text, jsonb, text (or None), and, when
+/// `current`, an integer and an interval.
 unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool, bool) {
+    // SAFETY: SPI is connected before the kept plans run and finished before returning; each
+    // argument datum is of the plan's declared type (the caller's contract); results are by-value
+    // and read before the next statement.
     unsafe {
         kept_plan::connect();
         let key_args = [args[0], args[1], args[2], args[3]];
@@ -120,7 +127,7 @@ unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool,
             if current {
                 INSERT.with(|p| p.execute(args))
             } else {
-                INSERT_0_2.with(|p| p.execute(&key_args))
+                compat::INSERT_0_2.with(|p| p.execute(&key_args))
             }
         };
         let admitted = (0..5).find_map(|_attempt| {

@@ -27,11 +27,17 @@ fn max_id_bytes() -> i32 {
 /// `datum`, when present, is a `text` value.
 pub(crate) unsafe fn check_text_datum(name: &CStr, datum: Option<pg_sys::Datum>, max_bytes: i32) {
     let ok = datum.is_some_and(|d| {
+        // SAFETY: `d` is a text datum (this function's contract); only its header is read, never
+        // detoasted.
         let bytes = unsafe { pg_sys::toast_raw_datum_size(d) } - pg_sys::VARHDRSZ;
         bytes > 0 && bytes <= max_bytes as usize
     });
     if !ok {
+        // SAFETY: `name` is a NUL-terminated C string; the text is made in the current memory
+        // context.
         let name = unsafe { pg_sys::cstring_to_text(name.as_ptr()) };
+        // SAFETY: the datums are the name text, the argument's text (or None) and an int4, as
+        // `_check_text` declares.
         unsafe {
             raise_sql_check(
                 c"SELECT rendezvous._check_text($1, $2, $3)",
@@ -53,6 +59,8 @@ pub(crate) unsafe fn finite_interval_vs_zero(
 ) -> bool {
     let zero_interval = pg_sys::Interval { time: 0, day: 0, month: 0 };
     let zero = pg_sys::Datum::from(&zero_interval as *const pg_sys::Interval);
+    // SAFETY: `d` is an interval datum (this function's contract) and `zero` points to an Interval
+    // that outlives both direct calls.
     unsafe {
         let compared = pgrx::direct_function_call::<bool>(cmp, &[Some(d), Some(zero)]);
         let finite = pgrx::direct_function_call::<bool>(pg_sys::interval_finite, &[Some(d)]);
@@ -66,9 +74,12 @@ pub(crate) unsafe fn finite_interval_vs_zero(
 /// # Safety
 /// Each argument datum is of the matching type in `types`.
 pub(crate) unsafe fn raise_sql_check(sql: &CStr, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> ! {
+    // SAFETY: called from a function PostgreSQL is executing (as SPI requires); the argument datums
+    // match `types` (the caller's contract) and outlive the statement; SPI is finished before the
+    // ERROR is raised.
     unsafe {
-        let (mut values, nulls) = crate::kept_plan::spi_args(args);
-        crate::kept_plan::connect();
+        let (mut values, nulls) = crate::ffi::kept_plan::spi_args(args);
+        crate::ffi::kept_plan::connect();
         pg_sys::SPI_execute_with_args(
             sql.as_ptr(),
             types.len() as i32,

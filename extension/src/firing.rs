@@ -12,11 +12,11 @@ use std::io::Write;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-use crate::c_function::{arg, composite, v1_info, varlena_bytes};
 use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
-use crate::kept_plan::{self, value, KeptPlan};
-use crate::{fencing, holder};
+use crate::ffi::c_function::{arg, composite, v1_info, varlena_bytes};
+use crate::ffi::kept_plan::{self, value, KeptPlan};
+use crate::{compat, fencing, holder};
 
 extension_sql_file!(
     "firing.sql",
@@ -64,20 +64,6 @@ thread_local! {
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
           pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
     ) };
-    /// CLAIM for a database still on 0.2.0's tables (no holder session recorded): this library
-    /// installed, `ALTER EXTENSION … UPDATE` not yet run. The lease alone ends such a claim.
-    static CLAIM_0_2: KeptPlan = const { KeptPlan::new(
-        "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until) \
-         VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7) \
-         ON CONFLICT (firing_key) DO UPDATE \
-            SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
-                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
-                attempts = f.attempts OPERATOR(pg_catalog.+) 1 \
-          WHERE f.completed_at IS NULL AND f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
-         RETURNING f.token, f.lease_until",
-        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
-          pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
-    ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
     static HELD: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until \
@@ -100,6 +86,9 @@ thread_local! {
 /// # Safety
 /// `task_id` is a `text` datum and `fire_at` a `timestamptz` one, when present.
 unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) -> pg_sys::Datum {
+    // SAFETY: the caller passes a text and a timestamptz datum (or None); the checks run before
+    // either is read, `timestamp2tm` writes into locals, and the key is built in the current memory
+    // context.
     unsafe {
         check_text_datum(c"task_id", task_id, MAX_ID_BYTES);
         let at = fire_at.map(|d| d.value() as i64);
@@ -141,6 +130,8 @@ unsafe fn key(task_id: Option<pg_sys::Datum>, fire_at: Option<pg_sys::Datum>) ->
 /// # Safety
 /// `lease` is an `interval` datum when present.
 unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
+    // SAFETY: `d` is an interval datum (the caller's contract); `one_day` outlives the direct call
+    // that reads it.
     let ok = lease.is_some_and(|d| unsafe {
         let one_day = pg_sys::Interval { time: 0, day: 1, month: 0 };
         let at_most_a_day = pgrx::direct_function_call::<bool>(
@@ -150,6 +141,7 @@ unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
         finite_interval_vs_zero(d, pg_sys::interval_gt) && at_most_a_day == Some(true)
     });
     if !ok {
+        // SAFETY: `lease` is an interval datum or None, the type `_check_lease` declares.
         unsafe { raise_sql_check(c"SELECT rendezvous._check_lease($1)", &[pg_sys::INTERVALOID], &[lease]) }
     }
 }
@@ -158,6 +150,8 @@ unsafe fn check_lease(lease: Option<pg_sys::Datum>) {
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn rendezvous_firing_key(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: PostgreSQL calls this with `rendezvous.firing_key(text, timestamptz)`'s arguments,
+    // the types `key` needs.
     unsafe { key(arg(fcinfo, 0), arg(fcinfo, 1)) }
 }
 v1_info!(pg_finfo_rendezvous_firing_key);
@@ -167,6 +161,10 @@ v1_info!(pg_finfo_rendezvous_firing_key);
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: PostgreSQL calls this with `claim_firing(text, timestamptz, text, interval)`'s
+    // arguments; each is checked before use, SPI is connected before the kept plans run and
+    // finished before `composite`, and the holder text is copied out of SPI's memory
+    // (`SPI_datumTransfer`) before `SPI_finish`.
     unsafe {
         let (task_id, fire_at, host_id, lease) =
             (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
@@ -181,7 +179,7 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         }
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
-        let claim = if holder::has_column(c"firings", c"holder_pid") { &CLAIM } else { &CLAIM_0_2 };
+        let claim = if holder::has_column(c"firings", c"holder_pid") { &CLAIM } else { &compat::CLAIM_0_2 };
         kept_plan::connect();
         let outcome = (0..5).find_map(|_attempt| {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
@@ -221,6 +219,8 @@ v1_info!(pg_finfo_rendezvous_claim_firing);
 pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
+    // SAFETY: PostgreSQL calls this with `complete_firing(text, timestamptz, bigint)`'s arguments;
+    // SPI is connected around the kept plan, whose result (a count) is read before `SPI_finish`.
     unsafe {
         let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };

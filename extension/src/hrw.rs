@@ -14,8 +14,8 @@ use pgrx::pg_sys::FunctionCallInfo;
 use pgrx::prelude::*;
 use rendezvous_hrw::HostSet;
 
-use crate::call_cache::{arg_raw_size, cached};
 use crate::errors::{ensure_memory, invalid_argument, null_argument, raise};
+use crate::ffi::call_cache::{arg_raw_size, cached};
 
 // Argument positions of `hosts` and `weights`, the arguments the host-set cache is keyed by.
 const HOSTS: usize = 1;

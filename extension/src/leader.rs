@@ -299,17 +299,6 @@ fn record_new_term_or_retry(group: &str, candidate: &str, tag: &pg_sys::LOCKTAG)
 /// counted from when it sent the confirming claim, which is never after the server recorded it.
 const LEASE_GRACE: &str = "1 second";
 
-/// What 0.2.0's declaration of `rendezvous.try_lead(group_name, candidate, wait)` calls (this
-/// library serves the old SQL until `ALTER EXTENSION … UPDATE`): a claim without a lease.
-#[pg_extern(volatile, parallel_unsafe, sql = false)]
-fn try_lead(
-    group_name: Option<&str>,
-    candidate: Option<&str>,
-    wait: default!(Option<bool>, "false"),
-) -> TableIterator<'static, (name!(is_leader, bool), name!(leader, Option<String>), name!(epoch, i64))> {
-    lead_or_explain(group_name, candidate, wait, None)
-}
-
 /// Claims leadership of `group_name` for `candidate`: true with the epoch when this session
 /// holds the group's lock (repeated calls by the holder are idempotent and never stack the
 /// lock); otherwise false with the current leader. `wait => true` is refused (0A000): waiting
@@ -340,7 +329,7 @@ fn try_lead_with_lease(
 /// `lead`, with a full lock table explained: each group a session leads keeps one entry of the
 /// server's shared lock table for as long as it leads, so a server leading many groups runs out
 /// of entries (SQLSTATE 53200); the error then says how many the server has and what to raise.
-fn lead_or_explain(
+pub(crate) fn lead_or_explain(
     group_name: Option<&str>,
     candidate: Option<&str>,
     wait: Option<bool>,

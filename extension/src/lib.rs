@@ -11,15 +11,14 @@
 use pgrx::prelude::*;
 
 mod admission;
-mod c_function;
-mod call_cache;
 mod checks;
+mod compat;
 mod errors;
 mod fencing;
+mod ffi;
 mod firing;
 mod holder;
 mod hrw;
-mod kept_plan;
 mod leader;
 mod membership;
 mod retention;

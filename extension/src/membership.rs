@@ -9,8 +9,8 @@ use pgrx::pg_sys::FunctionCallInfo;
 use pgrx::prelude::*;
 use rendezvous_hrw::HostSet;
 
-use crate::call_cache::cached_for_statement;
 use crate::errors::{ensure_memory, invalid_argument};
+use crate::ffi::call_cache::cached_for_statement;
 use crate::hrw::{check_k, require_key};
 
 extension_sql_file!("membership.sql", name = "membership", requires = ["checks"]);

@@ -28,7 +28,7 @@ pub(crate) const MAX_FIRE_TIMES: usize = 100_000;
 
 /// The most firings one task gets in one catch-up pass (`catch_up => 'all'`); the rest follow
 /// on the next pass.
-const MAX_CATCH_UP: usize = 1_000;
+pub(crate) const MAX_CATCH_UP: usize = 1_000;
 /// The longest time zone name accepted, in bytes.
 const MAX_ZONE_BYTES: usize = 64;
 
@@ -345,27 +345,6 @@ fn plan_firings_bounded(
     plan(schedule, time_zone, catch_up, window, from, now, max_run)
 }
 
-/// What 0.2.0's declaration of `rendezvous._plan_firings` (six arguments) calls: this library
-/// serves the old SQL until `ALTER EXTENSION … UPDATE`, with 0.2.0's 1,000 a task a pass.
-#[pg_extern(immutable, parallel_safe, sql = false)]
-fn plan_firings(
-    schedule: &str,
-    time_zone: &str,
-    catch_up: &str,
-    window: Interval,
-    from: TimestampWithTimeZone,
-    now: TimestampWithTimeZone,
-) -> TableIterator<
-    'static,
-    (
-        name!(run_at, Vec<TimestampWithTimeZone>),
-        name!(skipped, i64),
-        name!(next_fire_at, Option<TimestampWithTimeZone>),
-    ),
-> {
-    plan(schedule, time_zone, catch_up, window, from, now, MAX_CATCH_UP as i32)
-}
-
 /// `_plan_firings`'s result: the fire times to run now, how many were skipped, the next one.
 /// (Spelled out in each `#[pg_extern]`: pgrx reads a set-returning function's columns from
 /// its signature.)
@@ -378,7 +357,7 @@ type PlannedFirings = TableIterator<
     ),
 >;
 
-fn plan(
+pub(crate) fn plan(
     schedule: &str,
     time_zone: &str,
     catch_up: &str,

@@ -8,7 +8,7 @@
 use pgrx::pg_sys;
 use pgrx::PgMemoryContexts;
 
-use crate::c_function::{arg, varlena_bytes};
+use crate::ffi::c_function::{arg, varlena_bytes};
 
 /// What one call site keeps: the argument bytes it was built from, and the built value.
 struct Entry<T> {
@@ -21,6 +21,8 @@ struct Entry<T> {
 /// # Safety
 /// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
 unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<&'a [u8]> {
+    // SAFETY: `fcinfo` is the current call's and argument `index` a varlena one (this function's
+    // contract).
     unsafe { arg(fcinfo, index).map(|d| varlena_bytes(d)) }
 }
 
@@ -29,6 +31,8 @@ unsafe fn arg_bytes<'a>(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Optio
 /// # Safety
 /// `fcinfo` is the current call's, and argument `index` exists and is a varlena type.
 pub(crate) unsafe fn arg_raw_size(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<usize> {
+    // SAFETY: as for `arg_bytes`: argument `index` of the current call is a varlena value; its size
+    // is read from its header.
     unsafe { arg(fcinfo, index).map(|d| pg_sys::toast_raw_datum_size(d)) }
 }
 
@@ -43,6 +47,7 @@ pub(crate) unsafe fn cached<'a, T: 'static>(
     indexes: &[usize],
     build: impl FnOnce() -> T,
 ) -> &'a T {
+    // SAFETY: the indexes name varlena arguments of the current call (this function's contract).
     unsafe {
         let current: Vec<Option<&[u8]>> = indexes.iter().map(|&i| arg_bytes(fcinfo, i)).collect();
         cached_by(fcinfo, &current, build)
@@ -59,6 +64,7 @@ pub(crate) unsafe fn cached_for_statement<'a, T: 'static>(
     fcinfo: pg_sys::FunctionCallInfo,
     build: impl FnOnce() -> T,
 ) -> &'a T {
+    // SAFETY: `fcinfo` is the current call's, inside a transaction with a current statement.
     unsafe {
         let statement = pg_sys::GetCurrentStatementStartTimestamp().to_le_bytes();
         cached_by(fcinfo, &[Some(&statement[..])], build)
@@ -74,6 +80,9 @@ unsafe fn cached_by<'a, T: 'static>(
     current: &[Option<&[u8]>],
     build: impl FnOnce() -> T,
 ) -> &'a T {
+    // SAFETY: `fcinfo` is the current call's, so `flinfo` is its call site's; `fn_extra` is null or
+    // an `Entry<T>` this function put there in `fn_mcxt` (every call through this site uses the
+    // same `T`), which lives as long as the call site.
     unsafe {
         let flinfo = (*fcinfo).flinfo;
         let entry = (*flinfo).fn_extra as *mut Entry<T>;

@@ -13,6 +13,8 @@ use crate::errors::raise;
 /// # Safety
 /// `fcinfo` is the current call's.
 pub(crate) unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Option<pg_sys::Datum> {
+    // SAFETY: `fcinfo` is the current call's (this function's contract), so `args` has `nargs`
+    // initialised entries.
     unsafe {
         let a = (*fcinfo).args.as_slice((*fcinfo).nargs as usize).get(index)?;
         (!a.isnull).then_some(a.value)
@@ -25,6 +27,8 @@ pub(crate) unsafe fn arg(fcinfo: pg_sys::FunctionCallInfo, index: usize) -> Opti
 /// # Safety
 /// `datum` is a varlena value that outlives the returned slice's use.
 pub(crate) unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY: `datum` is a varlena value (this function's contract); detoasting copies it into the
+    // current memory context when it must, and the slice covers exactly its data bytes.
     unsafe {
         let text = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
         let len = pgrx::varlena::varsize_any_exhdr(text);
@@ -42,6 +46,8 @@ pub(crate) unsafe fn composite(
     fcinfo: pg_sys::FunctionCallInfo,
     values: &[Option<pg_sys::Datum>],
 ) -> pg_sys::Datum {
+    // SAFETY: `fcinfo` is the current call's; the result type is checked to be a composite with as
+    // many columns as `values` before the tuple is formed, from arrays that outlive the call.
     unsafe {
         let mut tupdesc: pg_sys::TupleDesc = std::ptr::null_mut();
         if pg_sys::get_call_result_type(fcinfo, std::ptr::null_mut(), &mut tupdesc)

@@ -34,6 +34,8 @@ impl KeptPlan {
     /// the call.
     pub(crate) unsafe fn execute(&self, args: &[Option<pg_sys::Datum>]) -> u64 {
         debug_assert_eq!(args.len(), self.types.len());
+        // SAFETY: inside SPI_connect with arguments of the declared types (this function's
+        // contract); `values` and `nulls` hold one entry per parameter and outlive the call.
         unsafe {
             let plan = self.prepared();
             let (mut values, nulls) = spi_args(args);
@@ -52,6 +54,9 @@ impl KeptPlan {
     unsafe fn prepared(&self) -> pg_sys::SPIPlanPtr {
         if self.plan.get().is_null() {
             let sql = CString::new(self.sql).expect("statement text has no NUL");
+            // SAFETY: inside SPI_connect (the caller's contract); the statement text is a valid C
+            // string and the type array has one OID per parameter; a kept plan lives for the
+            // backend, as `plan` does.
             unsafe {
                 let plan = pg_sys::SPI_prepare(
                     sql.as_ptr(),
@@ -92,6 +97,8 @@ pub(crate) fn connect() {
 /// Right after [`KeptPlan::execute`] returned more than `row` rows with at least `column`
 /// columns.
 pub(crate) unsafe fn value(row: usize, column: i32) -> Option<pg_sys::Datum> {
+    // SAFETY: right after `execute` returned more than `row` rows of at least `column` columns
+    // (this function's contract), so `SPI_tuptable` and its row are valid.
     unsafe {
         let table = pg_sys::SPI_tuptable;
         let tuple = *(*table).vals.add(row);
