@@ -13,6 +13,7 @@
 //! the version. A C function with no replacement, or a file that replaces nothing, is an error.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::error::Result;
 use crate::split::{excerpt, statements, Statement};
 
 /// The two forms of the portable edition of one version.
@@ -48,7 +49,7 @@ pub fn portable_scripts(
     comment: &str,
     install: &str,
     sources: &[Source],
-) -> Result<Portable, String> {
+) -> Result<Portable> {
     let (body, config_dumps, replaced) = portable_body(version, install, sources)?;
     let psql_body = strip_config_dumps(&body, None);
     let tle_body = strip_config_dumps(&body, Some(&config_dumps));
@@ -90,7 +91,7 @@ pub fn portable_upgrade_scripts(
     step: &Step,
     install: &str,
     sources: &[Source],
-) -> Result<Portable, String> {
+) -> Result<Portable> {
     let (from, to) = (step.from.as_str(), step.to.as_str());
     let (body, config_dumps, _) = portable_body(to, install, sources)?;
     let definitions = strip_config_dumps(&body, Some(&config_dumps));
@@ -130,15 +131,17 @@ pub fn portable_upgrade_scripts(
 /// The dollar-quote tag that wraps a script for pg_tle.
 const TAG: &str = "$_pg_rendezvous_portable_$";
 
-fn check_wrappable(body: &str, comment: &str) -> Result<(), String> {
+fn check_wrappable(body: &str, comment: &str) -> Result<()> {
     if body.contains(TAG) || comment.contains('$') {
-        return Err(format!("the script or the comment contains {TAG} or a $: cannot wrap it for pg_tle"));
+        return Err(
+            format!("the script or the comment contains {TAG} or a $: cannot wrap it for pg_tle").into()
+        );
     }
     Ok(())
 }
 
 /// A script without its `pg_extension_config_dump` calls.
-fn without_config_dumps(script: &str) -> Result<String, String> {
+fn without_config_dumps(script: &str) -> Result<String> {
     let mut out = String::new();
     for s in statements(script)? {
         if !s.words().starts_with("SELECT PG_CATALOG.PG_EXTENSION_CONFIG_DUMP(") {
@@ -152,12 +155,8 @@ fn without_config_dumps(script: &str) -> Result<String, String> {
 
 /// The portable install body of `version` (config dumps as placeholders), the config dumps,
 /// and how many C functions it replaced.
-fn portable_body(
-    version: &str,
-    install: &str,
-    sources: &[Source],
-) -> Result<(String, String, usize), String> {
-    let install = statements(install).map_err(|e| format!("the install script: {e}"))?;
+fn portable_body(version: &str, install: &str, sources: &[Source]) -> Result<(String, String, usize)> {
+    let install = statements(install).map_err(|e| e.within("the install script"))?;
     // Every function of the install script (what a portable definition may replace), and the
     // C ones (what one must replace).
     let mut functions: HashSet<String> = HashSet::new();
@@ -179,7 +178,7 @@ fn portable_body(
     for (f, source) in sources.iter().enumerate() {
         let text = source.text.replace("@EXTVERSION@", version);
         let (list, others): (Vec<Statement>, Vec<Statement>) = statements(&text)
-            .map_err(|e| format!("{}: {e}", source.name))?
+            .map_err(|e| e.within(&source.name))?
             .into_iter()
             .partition(|s| function_signature(s).is_some() || s.words().starts_with("CREATE TYPE "));
         for s in others {
@@ -190,12 +189,14 @@ fn portable_body(
         for (i, s) in list.iter().enumerate() {
             if let Some(sig) = function_signature(s).filter(|sig| functions.contains(sig)) {
                 if replacement.insert(sig.clone(), (f, i)).is_some() {
-                    return Err(format!("{}: {sig} is defined twice in the portable sources", source.name));
+                    return Err(
+                        format!("{}: {sig} is defined twice in the portable sources", source.name).into()
+                    );
                 }
             }
         }
         if !replacement.values().any(|(file, _)| *file == f) {
-            return Err(format!("{}: replaces no function of the install script", source.name));
+            return Err(format!("{}: replaces no function of the install script", source.name).into());
         }
         files.push(list);
     }
@@ -242,7 +243,8 @@ fn portable_body(
             "{} C function(s) of the install script have no portable definition in extension/portable/: {}",
             missing.len(),
             missing.join(", ")
-        ));
+        )
+        .into());
     }
     body.push_str(&after);
     Ok((body, config_dumps, c_functions.len()))
@@ -419,7 +421,7 @@ mod tests {
         assert!(p.pg_tle.contains("pg_extension_config_dump('rendezvous.t'"));
         assert!(!p.pg_tle.contains("MODULE_PATHNAME"));
 
-        let none = portable_scripts("ext", "rendezvous", "1.0", "c", install, &[]).unwrap_err();
+        let none = portable_scripts("ext", "rendezvous", "1.0", "c", install, &[]).unwrap_err().to_string();
         assert!(none.contains("F(INTEGER)"), "{none}");
         let extra = [
             Source { name: "f.sql".into(), text: sources[0].text.clone() },
@@ -429,7 +431,7 @@ mod tests {
                     .into(),
             },
         ];
-        let err = portable_scripts("ext", "rendezvous", "1.0", "c", install, &extra).unwrap_err();
+        let err = portable_scripts("ext", "rendezvous", "1.0", "c", install, &extra).unwrap_err().to_string();
         assert!(err.contains("x.sql: replaces no function"), "{err}");
     }
 

@@ -1,5 +1,6 @@
 //! Splits a SQL script into its statements, the way the server's lexer sees them: a `;` ends
 //! a statement only outside quotes ('…', "…", $tag$…$tag$) and comments (`--`, nested `/* */`).
+use crate::error::Result;
 
 /// One statement of a script: the comments and blank lines before it, and its own text up to
 /// and including the `;` that ends it.
@@ -36,7 +37,7 @@ impl Statement {
 
 /// The script's statements in order. A psql meta-command line (`\echo …`) is a statement of
 /// its own. Text after the last `;` that is not only comments and white space is an error.
-pub fn statements(script: &str) -> Result<Vec<Statement>, String> {
+pub fn statements(script: &str) -> Result<Vec<Statement>> {
     let mut out = Vec::new();
     let mut leading = String::new();
     let mut rest = script;
@@ -97,7 +98,7 @@ fn block_comment_len(s: &str) -> usize {
 }
 
 /// Length of the statement at the start of `s`, through its terminating `;`.
-fn statement_len(s: &str) -> Result<usize, String> {
+fn statement_len(s: &str) -> Result<usize> {
     let bytes = s.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -123,7 +124,7 @@ fn statement_len(s: &str) -> Result<usize, String> {
             _ => i += 1,
         }
     }
-    Err(format!("the script ends inside a statement not ended by ';': {}", excerpt(s)))
+    Err(format!("the script ends inside a statement not ended by ';': {}", excerpt(s)).into())
 }
 
 /// Whether the byte before `i` continues an identifier (so `$` or `'` at `i` is not a quote).
@@ -226,8 +227,8 @@ mod tests {
 
     #[test]
     fn an_unterminated_statement_is_an_error() {
-        assert!(statements("SELECT 1").unwrap_err().contains("not ended by ';'"));
-        assert!(statements("SELECT $$ x;").unwrap_err().contains("unterminated dollar-quoted"));
+        assert!(statements("SELECT 1").unwrap_err().to_string().contains("not ended by ';'"));
+        assert!(statements("SELECT $$ x;").unwrap_err().to_string().contains("unterminated dollar-quoted"));
     }
 
     #[test]
