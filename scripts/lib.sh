@@ -40,6 +40,11 @@ log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 pg_bindir() { "$PG_CONFIG" --bindir; }
 pgxs_dir() { dirname "$(dirname "$("$PG_CONFIG" --pgxs)")"; }
 
+# The version CREATE EXTENSION installs by default, from the installed control file.
+extension_version() {
+  sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/pg_rendezvous.control"
+}
+
 # psql against the cluster in PGHOST/PGPORT/PGUSER (what `rendezvous cluster run` exports).
 cluster_psql() {
   "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$@"
