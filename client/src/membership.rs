@@ -6,7 +6,7 @@ use tokio::sync::watch;
 use tokio_postgres::GenericClient;
 
 use crate::background::{Background, ShutdownReport};
-use crate::connection::connect_as;
+use crate::session::Session;
 use crate::{signals, sql, Database, Error, HostSet, Result};
 
 /// The staleness window the SQL functions use by default.
@@ -266,18 +266,17 @@ impl Membership {
                 "heartbeat interval and call timeout must be greater than zero".into(),
             ));
         }
-        let first = async {
-            let client = connect_as(&database, &session_name(host_id)).await?;
-            crate::connection::check_extension(&client).await?;
-            let first = heartbeat(&client, host_id, options.weight).await?;
-            Ok::<_, Error>((client, first))
-        };
-        let (client, first) = tokio::time::timeout(options.call_timeout, first)
-            .await
-            .unwrap_or_else(|_| Err(crate::connection::no_answer(options.call_timeout)))?;
+        let session = Session::new(database, session_name(host_id), options.call_timeout)
+            .counting_reconnects("membership");
+        let first = session
+            .call_once(|c| async move {
+                crate::connection::check_extension(&*c).await?;
+                heartbeat(&*c, host_id, options.weight).await
+            })
+            .await?;
         let (stop, stop_rx) = watch::channel(false);
         let (status_tx, status) = watch::channel(HeartbeatStatus { last_ok: Some(first), last_error: None });
-        let task = tokio::spawn(run(database, host_id.to_owned(), options, client, stop_rx, status_tx));
+        let task = tokio::spawn(run(session, host_id.to_owned(), options, stop_rx, status_tx));
         Ok(Membership {
             host_id: host_id.to_owned(),
             status,
@@ -318,15 +317,16 @@ impl Membership {
     }
 }
 
+/// Heartbeats every `options.interval` until stopped, then leaves the live set. Each call is
+/// bounded by the session: a commit that never returns must not stop this host from trying
+/// again, nor its shutdown; the connection it waited on is given up.
 async fn run(
-    database: Database,
+    session: Session,
     host_id: String,
     options: MembershipOptions,
-    client: tokio_postgres::Client,
     mut stop: watch::Receiver<bool>,
     status: watch::Sender<HeartbeatStatus>,
 ) -> Result<()> {
-    let mut client = Some(client);
     let mut tick = tokio::time::interval(options.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await; // the first heartbeat was sent by start()
@@ -335,19 +335,12 @@ async fn run(
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        // Bounded: a commit that never returns must not stop this host from trying again,
-        // nor its shutdown; the connection it waited on is given up.
-        let beat = async {
-            match ensure_connected(&mut client, &database, &host_id).await {
-                Ok(c) => heartbeat(c, &host_id, options.weight).await,
-                Err(e) => Err(e),
-            }
-        };
+        let beat = session.call_once(|c| {
+            let host_id = host_id.clone();
+            async move { heartbeat(&*c, &host_id, options.weight).await }
+        });
         let outcome = tokio::select! {
-            r = tokio::time::timeout(options.call_timeout, beat) => r.unwrap_or_else(|_| {
-                client = None;
-                Err(crate::connection::no_answer(options.call_timeout))
-            }),
+            r = beat => r,
             _ = stop.changed() => break,
         };
         let result = if outcome.is_ok() { "ok" } else { "error" };
@@ -363,27 +356,8 @@ async fn run(
             }
         });
     }
-    let leaving = async { leave(ensure_connected(&mut client, &database, &host_id).await?, &host_id).await };
-    tokio::time::timeout(options.call_timeout, leaving)
-        .await
-        .unwrap_or_else(|_| Err(crate::connection::no_answer(options.call_timeout)))?;
+    session.call_once(|c| async move { leave(&*c, &host_id).await }).await?;
     Ok(())
-}
-
-/// The live connection, reconnecting first if there is none or it was closed.
-async fn ensure_connected<'a>(
-    client: &'a mut Option<tokio_postgres::Client>,
-    database: &Database,
-    host_id: &str,
-) -> Result<&'a tokio_postgres::Client> {
-    if client.as_ref().is_none_or(|c| c.is_closed()) {
-        let reconnecting = client.is_some();
-        *client = Some(connect_as(database, &session_name(host_id)).await?);
-        if reconnecting {
-            metrics::counter!(signals::RECONNECTS, "component" => "membership").increment(1);
-        }
-    }
-    Ok(client.as_ref().expect("connected above"))
 }
 
 /// The `application_name` of a host's membership session.

@@ -19,11 +19,29 @@ pub(crate) struct Session {
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     /// The longest one call (its connection included) may take.
     timeout: Duration,
+    /// The `component` label of `rendezvous_reconnects_total` for connections made again
+    /// after one was lost; `None`: not counted.
+    component: Option<&'static str>,
+    /// A connection was made before: the next one is a reconnection.
+    connected_before: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
     pub(crate) fn new(database: Database, application_name: String, timeout: Duration) -> Session {
-        Session { database, application_name, client: tokio::sync::Mutex::new(None), timeout }
+        Session {
+            database,
+            application_name,
+            client: tokio::sync::Mutex::new(None),
+            timeout,
+            component: None,
+            connected_before: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Counts reconnections in `rendezvous_reconnects_total{component}`.
+    pub(crate) fn counting_reconnects(mut self, component: &'static str) -> Session {
+        self.component = Some(component);
+        self
     }
 
     /// The open connection, or a new one.
@@ -33,6 +51,10 @@ impl Session {
             return Ok(c.clone());
         }
         let c = Arc::new(crate::connection::connect_as(&self.database, &self.application_name).await?);
+        let again = self.connected_before.swap(true, std::sync::atomic::Ordering::Relaxed);
+        if let (true, Some(component)) = (again, self.component) {
+            metrics::counter!(crate::signals::RECONNECTS, "component" => component).increment(1);
+        }
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -89,29 +111,20 @@ impl Session {
         Err(last.expect("at least one attempt"))
     }
 
-    /// Runs `call` once, its connection included within the timeout; on any failure the
-    /// connection is dropped (the next call makes a new one) and the error returned.
+    /// Runs `call` once, its connection included within the timeout. With no answer in time
+    /// the connection is dropped (a lost one is made again by the next call); either way the
+    /// error is returned.
     pub(crate) async fn call_once<T, F, Fut>(&self, call: F) -> Result<T>
     where
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let attempt = async {
-            let client = self.get().await.map_err(|e| (e, None))?;
-            call(client.clone()).await.map_err(|e| (e, Some(client)))
-        };
-        let outcome = match tokio::time::timeout(self.timeout, attempt).await {
+        let attempt = async { call(self.get().await?).await };
+        match tokio::time::timeout(self.timeout, attempt).await {
             Ok(r) => r,
-            Err(_) => Err((crate::connection::no_answer(self.timeout), None)),
-        };
-        match outcome {
-            Ok(v) => Ok(v),
-            Err((e, client)) => {
-                match client {
-                    Some(c) => self.forget(&c).await,
-                    None => self.close().await,
-                }
-                Err(e)
+            Err(_) => {
+                self.close().await;
+                Err(crate::connection::no_answer(self.timeout))
             }
         }
     }
