@@ -1,0 +1,454 @@
+//! The fleet's report: its figures, read from the database after the run, and how they print.
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::Client;
+
+use crate::ha::Failover;
+
+/// The final figures.
+#[derive(Debug)]
+pub struct Report {
+    /// Firings that came due.
+    pub due: i64,
+    /// Firings completed.
+    pub completed: i64,
+    /// Firings whose effect (written with their completion) exists more than once.
+    pub executed_twice: i64,
+    /// Firings never completed.
+    pub lost: i64,
+    /// Firings started again after a holder died or stalled past its lease.
+    pub rerun_after_takeover: i64,
+    /// Firing starts before the firing was due by the database clock (hosts run skewed clocks).
+    pub started_early: i64,
+    /// Start lateness against the due instant (database clock), median and 99th percentile,
+    /// of each firing's first start.
+    pub lateness: Option<(Duration, Duration)>,
+    /// Firings whose attempt failed and that a retry completed.
+    pub retried: i64,
+    /// Firings failed for good (max attempts reached).
+    pub failed: i64,
+    /// Runs admitted (one per firing key expected).
+    pub runs: i64,
+    /// spawn_run calls that returned an existing run.
+    pub deduplicated: i64,
+    /// Firing keys with more than one run.
+    pub keys_with_two_runs: i64,
+    /// Runs executed to success (their effect written with the completion).
+    pub runs_executed: i64,
+    /// Runs whose effect was written twice: must be 0.
+    pub runs_executed_twice: i64,
+    /// Runs still pending or running at the end: must be 0.
+    pub runs_unfinished: i64,
+    /// Runs that a retry completed after a failed attempt.
+    pub runs_retried: i64,
+    /// Runs failed for good.
+    pub runs_failed: i64,
+    /// Runs started again after their holder was lost (a takeover; fenced).
+    pub runs_taken_over: i64,
+    /// Pickup latency, admission to first start (database clock), p50 and p99.
+    pub run_pickup: Option<(Duration, Duration)>,
+    /// Leader epochs that saw leader actions from two hosts, or that two hosts' ledgers say
+    /// they led in.
+    pub split_brain_epochs: i64,
+    /// What the database acknowledged to a host (the hosts' ledgers, kept outside it) and no
+    /// longer has: lost in a failover.
+    pub lost_after_failover: crate::ledger::Lost,
+    /// Leadership terms won during the run (distinct epochs in the hosts' ledgers).
+    pub leader_terms: i64,
+    /// Failover latencies measured after killing the leader.
+    pub failovers: Vec<Duration>,
+    /// Per chaos fault and kind of work (leader, firing, run): the time from the fault to
+    /// what the faulted host held being held again by a live host, one entry per piece.
+    pub takeovers: BTreeMap<(&'static str, &'static str), Vec<Duration>>,
+    /// Chaos events by kind.
+    pub chaos: BTreeMap<&'static str, u32>,
+    /// Each chaos act: when, a short name, on which host (for the timeline).
+    pub chaos_acts: Vec<(SystemTime, &'static str, String)>,
+    /// Where the timeline picture was written, or why it was not.
+    pub timeline: Result<std::path::PathBuf, String>,
+    /// With `--ha`: the engine, and how long its failover took (or why it did not happen).
+    pub database_failover: Option<(&'static str, Result<Failover, String>)>,
+}
+
+impl Default for Report {
+    fn default() -> Self {
+        Report {
+            due: 0,
+            completed: 0,
+            executed_twice: 0,
+            lost: 0,
+            rerun_after_takeover: 0,
+            started_early: 0,
+            lateness: None,
+            retried: 0,
+            failed: 0,
+            runs: 0,
+            deduplicated: 0,
+            keys_with_two_runs: 0,
+            runs_executed: 0,
+            runs_executed_twice: 0,
+            runs_unfinished: 0,
+            runs_retried: 0,
+            runs_failed: 0,
+            runs_taken_over: 0,
+            run_pickup: None,
+            split_brain_epochs: 0,
+            lost_after_failover: crate::ledger::Lost::default(),
+            leader_terms: 0,
+            failovers: Vec::new(),
+            takeovers: BTreeMap::new(),
+            chaos: BTreeMap::new(),
+            chaos_acts: Vec::new(),
+            timeline: Err("not drawn".into()),
+            database_failover: None,
+        }
+    }
+}
+
+impl Report {
+    /// Counts a chaos act of `kind` and places it, as `label`, on `host`'s lane of the
+    /// timeline.
+    pub(super) fn record_act(&mut self, kind: &'static str, label: &'static str, host: &str) {
+        *self.chaos.entry(kind).or_default() += 1;
+        self.chaos_acts.push((SystemTime::now(), label, host.to_owned()));
+    }
+
+    /// True when every guarantee held.
+    pub fn pass(&self) -> bool {
+        self.executed_twice == 0
+            && self.lost == 0
+            && self.failed == 0
+            && self.keys_with_two_runs == 0
+            && self.split_brain_epochs == 0
+            && self.lost_after_failover.total() == 0
+            && self.completed == self.due
+            && self.runs == self.due
+            && self.runs_executed == self.runs
+            && self.runs_executed_twice == 0
+            && self.runs_unfinished == 0
+            && self.runs_failed == 0
+            && self.started_early == 0
+            && self
+                .database_failover
+                .as_ref()
+                .is_none_or(|(_, f)| f.as_ref().is_ok_and(|f| f.read_write.is_some() && f.leader.is_some()))
+    }
+}
+
+/// The report's figures, read from the database: only the fleet's window counts (firings due
+/// up to the end; a host may have started one due after it before stopping).
+pub(super) async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
+    firing_figures(admin, tag, end, r).await?;
+    run_figures(admin, tag, end, r).await?;
+    latencies(admin, tag, end, r).await
+}
+
+/// Firings: completed, lost, retried, failed, executed twice, re-run, started early; runs
+/// admitted and deduplicated per firing key.
+async fn firing_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
+    // $1 is the tag, $2 the end, $3 the fleet's task ids.
+    let like = format!("{tag}-task-%");
+    let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tag, &end, &like];
+    let count = |sql: &'static str| async move {
+        admin.query_one(sql, &all).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string())
+    };
+    let firings = |filter: &'static str| {
+        let sql = format!(
+            "SELECT count(*) FROM rendezvous.status_firings WHERE $1::text IS NOT NULL AND task_id LIKE $3 AND fire_at <= $2 AND {filter}"
+        );
+        async move { admin.query_one(&sql, &all).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string()) }
+    };
+    r.completed = firings("completed_at IS NOT NULL").await?;
+    r.lost = r.due - r.completed;
+    r.retried = firings("failures > 0 AND completed_at IS NOT NULL").await?;
+    r.failed = firings("state = 'failed'").await?;
+    r.executed_twice = count(
+        "SELECT count(*) FROM (SELECT e.firing_key FROM fleet_effects e
+           JOIN rendezvous.status_firings f ON f.firing_key = e.firing_key AND f.task_id LIKE $3
+          WHERE e.tag = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
+    )
+    .await?;
+    r.rerun_after_takeover = count(
+        "SELECT count(*) FROM (SELECT s.firing_key FROM fleet_starts s
+           JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key AND f.task_id LIKE $3
+          WHERE s.tag = $1 AND f.fire_at <= $2 AND f.failures = 0 GROUP BY 1 HAVING count(DISTINCT s.token) > 1) x",
+    )
+    .await?;
+    r.started_early = count(
+        "SELECT count(*) FROM fleet_starts s JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+          WHERE s.tag = $1 AND s.at < f.fire_at AND f.fire_at <= $2 AND f.task_id LIKE $3",
+    )
+    .await?;
+    r.runs = count(
+        "SELECT count(*) FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+          WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3",
+    )
+    .await?;
+    r.deduplicated = count(
+        "SELECT count(*) FROM fleet_admissions a JOIN rendezvous.status_firings f ON f.firing_key = a.firing_key
+          WHERE a.tag = $1 AND NOT a.created AND f.fire_at <= $2 AND f.task_id LIKE $3",
+    )
+    .await?;
+    r.keys_with_two_runs = count(
+        "SELECT count(*) FROM (SELECT r.dispatch_key FROM rendezvous.status_runs r
+           JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key AND f.task_id LIKE $3
+          WHERE r.tenant_id = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
+    )
+    .await?;
+    Ok(())
+}
+
+/// The runs the firings due up to the end admitted, executed by whichever host claimed them,
+/// and the leader epochs two hosts acted in.
+async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
+    let like = format!("{tag}-task-%");
+    let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tag, &end, &like];
+    let runs = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE r.state = 'succeeded'),
+                    count(*) FILTER (WHERE r.state IN ('pending', 'running')),
+                    count(*) FILTER (WHERE r.state = 'failed'),
+                    count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
+                                       AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
+                                                         GROUP BY 1 HAVING count(*) > 1))
+               FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+              WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3",
+            &all,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    (r.runs_executed, r.runs_unfinished, r.runs_failed, r.runs_retried) =
+        (runs.get(0), runs.get(1), runs.get(2), runs.get(3));
+    r.runs_executed_twice = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT run_id FROM fleet_run_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x",
+            &[&tag],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(|e| e.to_string())?;
+    // Started again with a higher token although no attempt of it failed: a takeover.
+    r.runs_taken_over = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT s.run_id FROM fleet_run_starts s WHERE s.tag = $1
+              GROUP BY 1 HAVING count(DISTINCT s.token) > 1 AND s.run_id % 9 <> 0) x",
+            &[&tag],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(|e| e.to_string())?;
+    r.split_brain_epochs = admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1
+              GROUP BY 1 HAVING count(DISTINCT host_id) > 1) x",
+            &[&tag],
+        )
+        .await
+        .map(|row| row.get::<_, i64>(0))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Run pickup (admission to first start) and firing start lateness, p50 and p99.
+async fn latencies(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
+    let pickup = admin
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+               FROM (SELECT extract(epoch FROM min(s.at) - r.created_at)::float8 AS l
+                       FROM fleet_run_starts s JOIN rendezvous.status_runs r ON r.run_id = s.run_id
+                      WHERE s.tag = $1 GROUP BY s.run_id, r.created_at) x",
+            &[&tag],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if let (Some(p50), Some(p99)) = (pickup.get::<_, Option<f64>>(0), pickup.get::<_, Option<f64>>(1)) {
+        r.run_pickup = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
+    }
+    let lateness = admin
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+               FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s
+                      WHERE s.tag = $1 AND s.fire_at <= $2 GROUP BY s.firing_key, s.fire_at) x",
+            &[&tag, &end],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    if let (Some(p50), Some(p99)) = (lateness.get::<_, Option<f64>>(0), lateness.get::<_, Option<f64>>(1)) {
+        r.lateness = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
+    }
+    Ok(())
+}
+
+/// The timeline's data: the fleet's starts and completions, leader actions, and chaos acts.
+pub(super) async fn timeline_data(
+    admin: &Client,
+    tag: &str,
+    hosts: Vec<String>,
+    report: &Report,
+) -> Result<crate::timeline::Timeline, String> {
+    let e = |e: tokio_postgres::Error| e.to_string();
+    let runs = admin
+        .query(
+            // Ran again: an earlier start of the same firing had a lower token (tokens start
+            // at (timeline - 1) << 32 after a promotion, so not "token > 1"), or it failed.
+            "SELECT s.host_id, s.at, e.at,
+                    EXISTS (SELECT 1 FROM fleet_starts p
+                             WHERE p.tag = s.tag AND p.firing_key = s.firing_key AND p.token < s.token)
+                    OR f.failures > 0
+               FROM fleet_starts s
+               LEFT JOIN fleet_effects e ON e.tag = s.tag AND e.firing_key = s.firing_key AND e.token = s.token
+               LEFT JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+              WHERE s.tag = $1",
+            &[&tag],
+        )
+        .await
+        .map_err(e)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get::<_, Option<bool>>(3).unwrap_or(false)))
+        .collect::<Vec<(String, SystemTime, Option<SystemTime>, bool)>>();
+    let terms = admin
+        .query(
+            "SELECT host_id, epoch, min(at), max(at) FROM fleet_leader_actions WHERE tag = $1 GROUP BY 1, 2",
+            &[&tag],
+        )
+        .await
+        .map_err(e)?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    let start = runs.iter().map(|r| r.1).chain(report.chaos_acts.iter().map(|c| c.0)).min();
+    Ok(crate::timeline::Timeline { start, hosts, runs, terms, chaos: report.chaos_acts.clone() })
+}
+
+/// Prints the report.
+pub fn print_report(r: &Report) {
+    print_work(r);
+    print_faults(r);
+    println!("verdict                  {}", if r.pass() { "PASS" } else { "FAIL" });
+}
+
+/// What was done: firings and runs, with their exactly-once counts and latencies.
+fn print_work(r: &Report) {
+    println!("\n== fleet report ==");
+    println!("firings due              {}", r.due);
+    println!("firings completed        {}", r.completed);
+    println!(
+        "executed twice           {}   (effects written with the completion, per firing; the database and the hosts' ledgers)",
+        r.executed_twice
+    );
+    println!("lost                     {}", r.lost);
+    println!(
+        "re-run after a takeover  {}   (a holder died or stalled past its lease: at-least-once, fenced)",
+        r.rerun_after_takeover
+    );
+    println!(
+        "started before due       {}   (by the database clock; hosts run clocks up to 3 min off)",
+        r.started_early
+    );
+    match r.lateness {
+        Some((p50, p99)) => println!(
+            "start lateness           p50 {:.0} ms, p99 {:.0} ms   (first start against the due instant, database clock)",
+            p50.as_secs_f64() * 1000.0,
+            p99.as_secs_f64() * 1000.0
+        ),
+        None => println!("start lateness           no starts"),
+    }
+    println!(
+        "retried after a failure  {}   (first attempts failed on purpose, then completed by a retry)",
+        r.retried
+    );
+    println!("failed for good          {}", r.failed);
+    println!(
+        "runs admitted            {}   (one per firing key: {} keys with two runs)",
+        r.runs, r.keys_with_two_runs
+    );
+    println!("runs deduplicated        {}   (spawn_run returned the existing run)", r.deduplicated);
+    println!(
+        "runs executed            {}   (executed twice: {}; still pending or running: {}; failed for good: {})",
+        r.runs_executed, r.runs_executed_twice, r.runs_unfinished, r.runs_failed
+    );
+    println!(
+        "runs retried             {}   (one in nine fails its first attempt on purpose; taken over from a lost holder: {})",
+        r.runs_retried, r.runs_taken_over
+    );
+    match r.run_pickup {
+        Some((p50, p99)) => println!(
+            "run pickup               p50 {:.0} ms, p99 {:.0} ms   (admitted to first start, database clock)",
+            p50.as_secs_f64() * 1000.0,
+            p99.as_secs_f64() * 1000.0
+        ),
+        None => println!("run pickup               no runs started"),
+    }
+}
+
+/// What the faults cost: losses after a failover, leader terms and failovers, takeovers by
+/// fault, the chaos acts, the database failover, the timeline.
+fn print_faults(r: &Report) {
+    let l = &r.lost_after_failover;
+    println!(
+        "lost after failover      {}   (of {} acknowledged to hosts, missing from the database: runs {}, completions {}, run completions {}, terms {}, fenced writes {})",
+        l.total(),
+        l.checked,
+        l.runs,
+        l.completions,
+        l.run_completions,
+        l.terms,
+        l.actions
+    );
+    println!(
+        "leader terms             {}   (epochs with two leaders acting: {})",
+        r.leader_terms, r.split_brain_epochs
+    );
+    if r.failovers.is_empty() {
+        println!("leader failovers         none measured");
+    } else {
+        let mut f = r.failovers.clone();
+        f.sort();
+        let ms: Vec<String> = f.iter().map(|d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)).collect();
+        println!("leader failovers         {} after SIGKILL of the leader: {}", f.len(), ms.join(", "));
+    }
+    if !r.takeovers.is_empty() {
+        println!("takeover after a fault   (fault → what the host held is held again by a live host: p50 / max, pieces)");
+        let mut by_fault: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for ((fault, kind), times) in r.takeovers.iter().filter(|(_, t)| !t.is_empty()) {
+            let mut t = times.clone();
+            t.sort();
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            by_fault.entry(fault).or_default().push(format!(
+                "{kind} {:.0} / {:.0} ms ({})",
+                ms(t[t.len() / 2]),
+                ms(t[t.len() - 1]),
+                t.len()
+            ));
+        }
+        for (fault, kinds) in by_fault {
+            println!("  {fault:<22} {}", kinds.join(" · "));
+        }
+    }
+    if !r.chaos.is_empty() {
+        let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
+        println!("chaos                    {}", c.join(", "));
+    }
+    match &r.database_failover {
+        Some((engine, Ok(f))) => {
+            let ms = |d: Option<Duration>| {
+                d.map_or_else(|| "never (60 s)".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+            };
+            println!(
+                "database failover        {engine}: primary killed → read-write after {} → a leader on the new primary after {}",
+                ms(f.read_write),
+                ms(f.leader)
+            );
+        }
+        Some((engine, Err(why))) => println!("database failover        {engine}: {why}"),
+        None => {}
+    }
+    match &r.timeline {
+        Ok(path) => println!(
+            "timeline                 {}   (hosts over time: firings, leader terms, chaos)",
+            path.display()
+        ),
+        Err(why) => println!("timeline                 not drawn: {why}"),
+    }
+}
