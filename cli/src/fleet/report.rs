@@ -452,3 +452,18 @@ fn print_faults(r: &Report) {
         Err(why) => println!("timeline                 not drawn: {why}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fault whose watcher never saw anything taken over leaves no times: the report prints
+    /// without it (it panicked indexing the empty list before).
+    #[test]
+    fn a_takeover_entry_without_times_prints() {
+        let mut r = Report::default();
+        r.takeovers.insert(("SIGKILL", "firing"), Vec::new());
+        r.takeovers.insert(("SIGKILL", "leader"), vec![Duration::from_millis(40)]);
+        print_report(&r);
+    }
+}
