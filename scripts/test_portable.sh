@@ -54,8 +54,43 @@ portable_suites() {
     echo "a member of rendezvous_host calling the portable edition's _record_new_term was not refused: $refused" >&2
     exit 1
   fi
+  headers_diff "$script"
   pg_tle_form "${script%-portable.sql}-pg_tle.sql"
   portable_upgrade_test "$script"
+}
+
+# The drift net of the two editions' headers: every function of schema rendezvous, as callers
+# see it (pg_test/portable/headers.sql), in a fresh native install and a fresh portable one
+# (the script $1), matched by name and arguments. What differs must be exactly
+# pg_test/portable/headers.allowed (rows of operations.md's "What differs"). Not differences: the
+# portable edition's own helpers (named _…, which only it has), and a pinned search_path on a
+# portable twin (the rule for every SQL body; a C function resolves no names).
+headers_diff() {
+  local dir=$RENDEZVOUS_CLUSTER_DIR/headers
+  log "the editions' function headers: alike but for pg_test/portable/headers.allowed"
+  mkdir -p "$dir"
+  cluster_psql -d postgres -c "CREATE DATABASE rendezvous_headers_native" \
+    -c "CREATE DATABASE rendezvous_headers_portable OWNER rendezvous_owner"
+  cluster_psql -d rendezvous_headers_native -c "CREATE EXTENSION pg_rendezvous"
+  cluster_psql -d rendezvous_headers_portable -U rendezvous_owner -o /dev/null -f "$1"
+  cluster_psql -d rendezvous_headers_native -f pg_test/portable/headers.sql >"$dir/native"
+  cluster_psql -d rendezvous_headers_portable -f pg_test/portable/headers.sql >"$dir/portable"
+  awk '
+    function key(line) { return substr(line, 1, index(line, " -> ") - 1) }
+    FNR == NR { native[key($0)] = $0; next }
+    {
+      k = key($0); seen[k] = 1; line = $0
+      if (k in native && index(native[k], " SET search_path") == 0) sub(/ SET search_path=pg_catalog, pg_temp/, "", line)
+      if (k in native) { if (native[k] != line) print "- " native[k] "\n+ " line }
+      else if (substr(k, 1, 1) != "_") print "+ " line
+    }
+    END { for (k in native) if (!(k in seen)) print "- " native[k] }
+  ' "$dir/native" "$dir/portable" >"$dir/differ"
+  if ! diff -u <(grep -v '^#' pg_test/portable/headers.allowed | grep .) "$dir/differ" >&2; then
+    echo "the editions' function headers differ otherwise than pg_test/portable/headers.allowed says" \
+         "(- allowed, + found; each pair: - native, + portable)" >&2
+    exit 1
+  fi
 }
 
 # The portable edition's upgrade, as sqlgen makes it (the native migration, the portable one,

@@ -824,12 +824,12 @@ END
 $$;
 
 -- _plan_task under the native declaration's names (window and from are keywords, which
--- PL/pgSQL code does better without).
+-- PL/pgSQL code does better without), STRICT as the native one is.
 CREATE FUNCTION rendezvous._plan_firings(schedule text, time_zone text, catch_up text, "window" interval,
                                          "from" timestamp with time zone, now timestamp with time zone,
                                          max_run integer)
 RETURNS TABLE (run_at timestamp with time zone[], skipped bigint, next_fire_at timestamp with time zone)
-LANGUAGE sql STABLE PARALLEL UNSAFE
+LANGUAGE sql STRICT STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM rendezvous._plan_task($1, $2, $3, $4, $5, $6, $7) $$;
 
