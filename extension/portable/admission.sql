@@ -15,7 +15,7 @@ AS $$
 DECLARE
     result rendezvous.admission;
 BEGIN
-    PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, 256);
+    PERFORM rendezvous._check_text('tenant_id', spawn_run.tenant_id, rendezvous._max_id_bytes());
     PERFORM rendezvous._check_text('workflow_ref', spawn_run.workflow_ref, 1024);
     IF spawn_run.input IS NULL THEN
         RAISE EXCEPTION 'input must not be NULL (use ''{}'' for no input)' USING ERRCODE = '22004';

@@ -20,7 +20,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM rendezvous._check_text('task_id', task_id, 256);
+    PERFORM rendezvous._check_text('task_id', task_id, rendezvous._max_id_bytes());
     PERFORM rendezvous._check_fire_at(fire_at);
     RETURN 'firing:' || task_id || ':'
         || to_char(fire_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
@@ -43,7 +43,7 @@ DECLARE
     now_ timestamptz;
     result rendezvous.firing_claim;
 BEGIN
-    PERFORM rendezvous._check_text('host_id', claim_firing.host_id, 256);
+    PERFORM rendezvous._check_text('host_id', claim_firing.host_id, rendezvous._max_id_bytes());
     PERFORM rendezvous._check_lease(claim_firing.lease);
     -- Never before it is due by the database clock: not claimed, nobody holds it, and
     -- lease_until says when it can be claimed.
