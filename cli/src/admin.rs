@@ -3,6 +3,7 @@
 //! idempotent, and refuses clearly (exit status 1) when its target does not exist.
 use std::time::{Duration, SystemTime};
 
+use crate::sql;
 use rendezvous_client::retention::{BATCH as PURGE_STEP, PAUSE as PURGE_PAUSE};
 use tokio_postgres::Client;
 
@@ -64,32 +65,24 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
     let missing =
         |e: &tokio_postgres::Error| e.code() == Some(&tokio_postgres::error::SqlState::NO_DATA_FOUND);
     Ok(match action {
-        AdminAction::Pause { task_id } => {
-            match client.execute("SELECT rendezvous.pause_task($1)", &[task_id]).await {
-                Ok(_) => Ok(format!("task {task_id} paused: no new firings until it is resumed")),
-                Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
-                Err(err) => return Err(e(err)),
+        AdminAction::Pause { task_id } => match client.execute(sql::PAUSE_TASK, &[task_id]).await {
+            Ok(_) => Ok(format!("task {task_id} paused: no new firings until it is resumed")),
+            Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
+            Err(err) => return Err(e(err)),
+        },
+        AdminAction::Resume { task_id } => match client.query_one(sql::RESUME_TASK, &[task_id]).await {
+            Ok(row) => {
+                let next: Option<SystemTime> = row.get(0);
+                Ok(match next {
+                    Some(t) => format!("task {task_id} runs again; next fire time in {}", until(t)),
+                    None => format!("task {task_id} runs again, but its schedule never fires again"),
+                })
             }
-        }
-        AdminAction::Resume { task_id } => {
-            match client.query_one("SELECT rendezvous.resume_task($1)", &[task_id]).await {
-                Ok(row) => {
-                    let next: Option<SystemTime> = row.get(0);
-                    Ok(match next {
-                        Some(t) => format!("task {task_id} runs again; next fire time in {}", until(t)),
-                        None => format!("task {task_id} runs again, but its schedule never fires again"),
-                    })
-                }
-                Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
-                Err(err) => return Err(e(err)),
-            }
-        }
+            Err(err) if missing(&err) => Err(Refused(format!("there is no task {task_id}"))),
+            Err(err) => return Err(e(err)),
+        },
         AdminAction::Unschedule { task_id } => {
-            let removed: bool = client
-                .query_one("SELECT rendezvous.unschedule_task($1)", &[task_id])
-                .await
-                .map_err(e)?
-                .get(0);
+            let removed: bool = client.query_one(sql::UNSCHEDULE_TASK, &[task_id]).await.map_err(e)?.get(0);
             if removed {
                 Ok(format!("task {task_id} removed, with its pending firings (the history stays)"))
             } else {
@@ -97,12 +90,7 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
             }
         }
         AdminAction::Release { task_id, fire_at } => {
-            let row = client
-                .query_one(
-                    "SELECT released, holder, token FROM rendezvous.release_firing_claim($1, $2::text::timestamptz)",
-                    &[task_id, fire_at],
-                )
-                .await;
+            let row = client.query_one(sql::RELEASE_FIRING_CLAIM, &[task_id, fire_at]).await;
             match row {
                 Ok(row) => {
                     let (released, holder, token): (bool, Option<String>, i64) =
@@ -128,10 +116,9 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
             // In retention's bounded steps (short transactions, paused between), so a purge of
             // millions of rows does not hold up the fleet's commits.
             let mut purged = [0i64; 2];
-            for (total, function) in purged.iter_mut().zip(["purge_runs", "purge_firings"]) {
-                let sql = format!("SELECT rendezvous.{function}($1::text::interval, $2)");
+            for (total, step) in purged.iter_mut().zip([sql::PURGE_RUNS_STEP, sql::PURGE_FIRINGS_STEP]) {
                 loop {
-                    let n: i64 = client.query_one(&sql, &[older_than, &PURGE_STEP]).await.map_err(e)?.get(0);
+                    let n: i64 = client.query_one(step, &[older_than, &PURGE_STEP]).await.map_err(e)?.get(0);
                     *total += n;
                     if n < i64::from(PURGE_STEP) {
                         break;
@@ -145,12 +132,7 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
             ))
         }
         AdminAction::StepDown { group, reason } => {
-            let row = client
-                .query_one(
-                    "SELECT requested, leader, epoch FROM rendezvous.request_step_down($1, $2)",
-                    &[group, reason],
-                )
-                .await;
+            let row = client.query_one(sql::REQUEST_STEP_DOWN, &[group, reason]).await;
             match row {
                 Ok(row) => {
                     let (requested, leader, epoch): (bool, Option<String>, i64) =
@@ -169,8 +151,7 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
             }
         }
         AdminAction::RemoveHost { host_id } => {
-            let removed: bool =
-                client.query_one("SELECT rendezvous.leave($1)", &[host_id]).await.map_err(e)?.get(0);
+            let removed: bool = client.query_one(sql::LEAVE, &[host_id]).await.map_err(e)?.get(0);
             if removed {
                 Ok(format!(
                     "host {host_id} removed from the live set (it joins again with its next heartbeat)"

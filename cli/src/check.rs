@@ -1,5 +1,6 @@
 //! `rendezvous check`: does this URL work for a rendezvous host? Connects as the client does
 //! and says what it found.
+use crate::sql;
 use rendezvous_client::Error;
 
 /// Connects to `url`, prints the server, the TLS in use and the extension; the exit status
@@ -7,16 +8,7 @@ use rendezvous_client::Error;
 /// or another version. A connection that fails is an error (exit status 2).
 pub async fn run(url: &str) -> Result<i32, String> {
     let client = rendezvous_client::connect_as(url, "rendezvous check").await.map_err(|e| e.to_string())?;
-    let row = client
-        .query_one(
-            "SELECT current_user, current_database(), current_setting('server_version'), \
-                    coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket'), \
-                    s.ssl, s.version, s.cipher \
-               FROM pg_catalog.pg_stat_ssl s WHERE s.pid = pg_catalog.pg_backend_pid()",
-            &[],
-        )
-        .await
-        .map_err(|e| Error::from(e).to_string())?;
+    let row = client.query_one(sql::CHECK_SESSION, &[]).await.map_err(|e| Error::from(e).to_string())?;
     let (user, db, version, server): (String, String, String, String) =
         (row.get(0), row.get(1), row.get(2), row.get(3));
     let tls = if row.get::<_, bool>(4) {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::ledger::Ledger;
+use crate::sql;
 use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::Clock;
@@ -136,13 +137,7 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
     let firing = job.firing().expect("a task's handler runs firings").clone();
     let (token, host, fire_at, task_id) =
         (job.token(), job.host_id().to_owned(), firing.fire_at, firing.task_id);
-    job.client()
-        .await?
-        .execute(
-            "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)",
-            &[&&*tag, &key, &token, &host, &fire_at],
-        )
-        .await?;
+    job.client().await?.execute(sql::FLEET_START, &[&&*tag, &key, &token, &host, &fire_at]).await?;
     if job.attempt() == 1 && fails_first_attempt(&key) {
         return Err(rendezvous_client::Error::InvalidArgument(format!(
             "{key}: a planned first-attempt failure"
@@ -164,21 +159,11 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
         admissions.push(again);
     }
     for a in admissions {
-        job.client()
-            .await?
-            .execute(
-                "INSERT INTO fleet_admissions (tag, firing_key, run_id, created) VALUES ($1, $2, $3, $4)",
-                &[&&*tag, &key, &a.run_id, &a.created],
-            )
-            .await?;
+        job.client().await?.execute(sql::FLEET_ADMISSION, &[&&*tag, &key, &a.run_id, &a.created]).await?;
     }
     tokio::time::sleep(Duration::from_millis(150)).await; // the "agent loop"
     let tx = job.transaction().await?;
-    tx.execute(
-        "INSERT INTO fleet_effects (tag, firing_key, token, host_id, run_id, fire_at) VALUES ($1, $2, $3, $4, $5, $6)",
-        &[&&*tag, &key, &token, &host, &admission.run_id, &fire_at],
-    )
-    .await?;
+    tx.execute(sql::FLEET_EFFECT, &[&&*tag, &key, &token, &host, &admission.run_id, &fire_at]).await?;
     tx.complete().await?;
     ledger.record(format_args!("completed {key} {token}"));
     Ok(())
@@ -190,13 +175,7 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
 async fn run_work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
     let run_id = job.run().expect("a workflow's handler runs runs").run_id;
     let (token, host) = (job.token(), job.host_id().to_owned());
-    job.client()
-        .await?
-        .execute(
-            "INSERT INTO fleet_run_starts (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)",
-            &[&&*tag, &run_id, &token, &host],
-        )
-        .await?;
+    job.client().await?.execute(sql::FLEET_RUN_START, &[&&*tag, &run_id, &token, &host]).await?;
     if job.attempt() == 1 && run_id % 9 == 0 {
         return Err(rendezvous_client::Error::InvalidArgument(format!(
             "run {run_id}: a planned first-attempt failure"
@@ -204,11 +183,7 @@ async fn run_work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<()
     }
     tokio::time::sleep(Duration::from_millis(100)).await; // the run's "agent loop"
     let tx = job.transaction().await?;
-    tx.execute(
-        "INSERT INTO fleet_run_effects (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)",
-        &[&&*tag, &run_id, &token, &host],
-    )
-    .await?;
+    tx.execute(sql::FLEET_RUN_EFFECT, &[&&*tag, &run_id, &token, &host]).await?;
     tx.complete_with(Some(serde_json::json!({ "host": host }))).await?;
     ledger.record(format_args!("run-completed {run_id} {token}"));
     Ok(())
@@ -316,12 +291,8 @@ async fn leader_action(
     if assert_leader(&tx, &plan.group(), epoch).await.is_err() {
         return false;
     }
-    let inserted = tx
-        .execute(
-            "INSERT INTO fleet_leader_actions (tag, epoch, host_id, action_id) VALUES ($1, $2, $3, $4)",
-            &[&plan.tag, &epoch, &plan.host_id, &action_id],
-        )
-        .await;
+    let inserted =
+        tx.execute(sql::FLEET_LEADER_ACTION, &[&plan.tag, &epoch, &plan.host_id, &action_id]).await;
     let before = cancelled_sync_waits();
     inserted.is_ok() && tx.commit().await.is_ok() && cancelled_sync_waits() == before
 }
@@ -332,14 +303,7 @@ async fn all_done(client: &tokio_postgres::Client, plan: &HostPlan, tasks: u32) 
     let end = plan.end();
     client
         .query_one(
-            "SELECT count(*) FILTER (WHERE t.next_fire_at > $2) = $3
-                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
-                                     WHERE f.task_id LIKE $1 AND f.fire_at <= $2 AND f.completed_at IS NULL)
-                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
-                                      JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
-                                     WHERE r.tenant_id = $4 AND r.state IN ('pending', 'running')
-                                       AND f.task_id LIKE $1 AND f.fire_at <= $2)
-               FROM rendezvous.status_tasks t WHERE t.task_id LIKE $1",
+            sql::FLEET_ALL_DONE,
             &[&format!("{}-task-%", plan.tag), &end, &i64::from(tasks), &plan.tag],
         )
         .await

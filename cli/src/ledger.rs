@@ -15,6 +15,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::sql;
 use tokio_postgres::Client;
 
 /// One host's ledger file; appends whole lines.
@@ -182,63 +183,21 @@ pub fn epochs_led_twice(acked: &Acknowledged) -> i64 {
 pub async fn lost(admin: &Client, acked: &Acknowledged, group: &str) -> Result<Lost, String> {
     let e = |e: tokio_postgres::Error| e.to_string();
     let (keys, ids): (Vec<&str>, Vec<i64>) = acked.runs.iter().map(|(k, i)| (k.as_str(), *i)).unzip();
-    let runs: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, run_id)
-              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
-                                 WHERE r.run_id = l.run_id AND r.dispatch_key = l.key)",
-            &[&keys, &ids],
-        )
-        .await
-        .map_err(e)?
-        .get(0);
+    let runs: i64 = admin.query_one(sql::LEDGER_RUNS_LOST, &[&keys, &ids]).await.map_err(e)?.get(0);
     let (keys, tokens): (Vec<&str>, Vec<i64>) =
         acked.completions.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
-    let completions: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, token)
-              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
-                                 WHERE f.firing_key = l.key AND f.completed_at IS NOT NULL)
-                 OR NOT EXISTS (SELECT 1 FROM fleet_effects e WHERE e.firing_key = l.key AND e.token = l.token)",
-            &[&keys, &tokens],
-        )
-        .await
-        .map_err(e)?
-        .get(0);
+    let completions: i64 =
+        admin.query_one(sql::LEDGER_COMPLETIONS_LOST, &[&keys, &tokens]).await.map_err(e)?.get(0);
     let (run_ids, tokens): (Vec<i64>, Vec<i64>) = acked.run_completions.iter().copied().unzip();
-    let run_completions: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM unnest($1::int8[], $2::int8[]) AS l(run_id, token)
-              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r WHERE r.run_id = l.run_id AND r.state = 'succeeded')
-                 OR NOT EXISTS (SELECT 1 FROM fleet_run_effects e WHERE e.run_id = l.run_id AND e.token = l.token)",
-            &[&run_ids, &tokens],
-        )
-        .await
-        .map_err(e)?
-        .get(0);
+    let run_completions: i64 =
+        admin.query_one(sql::LEDGER_RUN_COMPLETIONS_LOST, &[&run_ids, &tokens]).await.map_err(e)?.get(0);
     let epochs: Vec<i64> = acked.terms.iter().map(|(_, epoch)| *epoch).collect();
-    let terms: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM unnest($1::int8[]) AS l(epoch)
-              WHERE l.epoch > (SELECT coalesce(max(epoch), 0) FROM rendezvous.status_leaders WHERE group_name = $2)",
-            &[&epochs, &group],
-        )
-        .await
-        .map_err(e)?
-        .get(0);
+    let terms: i64 = admin.query_one(sql::LEDGER_TERMS_LOST, &[&epochs, &group]).await.map_err(e)?.get(0);
     let hosts: Vec<&str> = acked.actions.iter().map(|(h, _, _)| h.as_str()).collect();
     let epochs: Vec<i64> = acked.actions.iter().map(|(_, ep, _)| *ep).collect();
     let ids: Vec<i64> = acked.actions.iter().map(|(_, _, id)| *id).collect();
-    let actions: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM unnest($1::text[], $2::int8[], $3::int8[]) AS l(host_id, epoch, action_id)
-              WHERE NOT EXISTS (SELECT 1 FROM fleet_leader_actions a
-                                 WHERE a.host_id = l.host_id AND a.epoch = l.epoch AND a.action_id = l.action_id)",
-            &[&hosts, &epochs, &ids],
-        )
-        .await
-        .map_err(e)?
-        .get(0);
+    let actions: i64 =
+        admin.query_one(sql::LEDGER_ACTIONS_LOST, &[&hosts, &epochs, &ids]).await.map_err(e)?.get(0);
     let checked = (acked.runs.len()
         + acked.completions.len()
         + acked.run_completions.len()

@@ -10,5 +10,6 @@ pub mod ha;
 pub mod host;
 pub mod ledger;
 pub mod partition;
+pub mod sql;
 pub mod status;
 pub mod timeline;

@@ -1,6 +1,7 @@
 //! `rendezvous status`: who is live, who leads each group at which epoch, in-flight and recent
 //! firings, recent runs — for a person, or `--json` for scripts. It reads only the status views,
 //! so a role with nothing but `rendezvous_observer` can run it.
+use crate::sql;
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
@@ -28,14 +29,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     // Rows for at most 100 hosts and 100 groups, the ones to look at first (stale hosts,
     // leaderless groups), each with the totals over all of them (window aggregates: one read of
     // each view, pg_locks included): the cost and the output stay small with thousands of either.
-    let host_rows = rows(
-        client,
-        "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live,
-                count(*) OVER (), count(*) FILTER (WHERE live) OVER (),
-                coalesce(sum(weight) FILTER (WHERE live) OVER (), 0)::float8
-           FROM rendezvous.status_hosts ORDER BY live, host_id LIMIT 100",
-    )
-    .await?;
+    let host_rows = rows(client, sql::STATUS_HOSTS).await?;
     let hosts: Vec<Value> = host_rows
         .iter()
         .map(|r| json!({"host_id": r.get::<_, String>(0), "weight": r.get::<_, f64>(1), "seconds_since_heartbeat": r.get::<_, f64>(2), "live": r.get::<_, bool>(3)}))
@@ -43,13 +37,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     let (hosts_total, hosts_live, hosts_live_weight) = host_rows
         .first()
         .map_or((0, 0, 0.0), |r| (r.get::<_, i64>(4), r.get::<_, i64>(5), r.get::<_, f64>(6)));
-    let leader_rows = rows(
-        client,
-        "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8,
-                count(*) OVER (), count(leader) OVER ()
-           FROM rendezvous.status_leaders ORDER BY leader IS NOT NULL, 1 LIMIT 100",
-    )
-    .await?;
+    let leader_rows = rows(client, sql::STATUS_LEADERS).await?;
     let leaders: Vec<Value> = leader_rows
         .iter()
         .map(|r| json!({"group": r.get::<_, String>(0), "leader": r.get::<_, Option<String>>(1), "epoch": r.get::<_, i64>(2), "pid": r.get::<_, Option<i32>>(3), "seconds_leading": r.get::<_, Option<f64>>(4)}))
@@ -65,32 +53,18 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
                 .collect(),
         )
     };
-    let in_flight = firing(
-        "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false, state,
-                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
-           FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20",
-    )
-    .await?;
-    let recent = firing(
-        "SELECT firing_key, holder, token, attempts, 0::float8, true, state,
-                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
-           FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10",
-    )
-    .await?;
+    let in_flight = firing(sql::STATUS_FIRINGS_IN_FLIGHT).await?;
+    let recent = firing(sql::STATUS_FIRINGS_RECENT).await?;
     let counts = rows(
         client,
         // Each through its index: unfinished firings, the last minute's completions, the
         // failed ones (retention bounds them); never the whole history.
-        "SELECT (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL),
-                (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at > now() - interval '1 minute'),
-                (SELECT count(*) FROM rendezvous.status_firings WHERE failed_at IS NOT NULL)",
+        sql::STATUS_FIRING_COUNTS,
     )
     .await?;
     let tasks: Vec<Value> = rows(
         client,
-        "SELECT task_id, schedule, time_zone, paused, extract(epoch FROM next_fire_at - clock_timestamp())::float8,
-                running, pending + retrying, failed, last_error, skipped
-           FROM rendezvous.status_tasks ORDER BY next_fire_at NULLS LAST, task_id LIMIT 20",
+        sql::STATUS_TASKS,
     )
     .await?
     .iter()
@@ -98,8 +72,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .collect();
     let replication = rows(
         client,
-        "SELECT in_recovery, standbys, synchronous, synchronous_standby_names, synchronous_commit, warning
-           FROM rendezvous.replication_status()",
+        sql::STATUS_REPLICATION,
     )
     .await?
     .iter()
@@ -108,7 +81,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .unwrap_or(Value::Null);
     let runs: Vec<Value> = rows(
         client,
-        "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10",
+        sql::STATUS_RUNS,
     )
     .await?
     .iter()
@@ -117,8 +90,7 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     // The run queue per workflow (unfinished runs only: cheap at any history).
     let queue: Vec<Value> = rows(
         client,
-        "SELECT workflow_ref, pending, runnable, running, extract(epoch FROM oldest_runnable_age)::float8
-           FROM rendezvous.status_run_queue ORDER BY workflow_ref LIMIT 50",
+        sql::STATUS_RUN_QUEUE,
     )
     .await?
     .iter()

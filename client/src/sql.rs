@@ -4,8 +4,8 @@
 //! parameters, as the server infers them, and the names and types of its result columns. The
 //! integration test `tests/it/contract.rs` prepares every entry of [`STATEMENTS`] against the
 //! installed extension and compares, so a changed signature or result column on either side
-//! fails there rather than at run time. The macro makes a constant without its table entry
-//! impossible.
+//! fails there rather than at run time. The macro ([`sql_statements!`](crate::sql_statements))
+//! makes a constant without its table entry impossible.
 //!
 //! Not part of the public API (hidden from the docs): the strings are implementation details
 //! and change without notice; the module is reachable only for the workspace's tests.
@@ -27,8 +27,11 @@ pub struct Statement {
 }
 
 /// Declares each statement as a `pub const NAME: &str`, and all of them with their expected
-/// parameter and column types in [`STATEMENTS`].
-macro_rules! statements {
+/// parameter and column types in `STATEMENTS`. Exported (hidden) so the workspace's other SQL
+/// senders (the `rendezvous` command) declare theirs the same way, for the same contract test.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! sql_statements {
     ($(
         $(#[$attr:meta])*
         $name:ident = $sql:literal
@@ -40,12 +43,12 @@ macro_rules! statements {
         )*
 
         /// Every statement above with its expected parameter and result types.
-        pub const STATEMENTS: &[Statement] = &[$(
-            Statement {
+        pub const STATEMENTS: &[$crate::sql::Statement] = &[$(
+            $crate::sql::Statement {
                 name: stringify!($name),
                 sql: $name,
-                params: &[$(Type::$param),*],
-                columns: &[$(($column, Type::$ty)),*],
+                params: &[$($crate::tokio_postgres::types::Type::$param),*],
+                columns: &[$(($column, $crate::tokio_postgres::types::Type::$ty)),*],
             },
         )*];
     };
@@ -104,7 +107,7 @@ pub(crate) async fn execute(
     client.query_typed(sql, &typed(sql, params)).await.map(drop)
 }
 
-statements! {
+crate::sql_statements! {
     /// The installed extension's version (NULL: no extension, maybe the portable edition
     /// installed by psql), and whether `rendezvous.edition()` exists (0.3.0 and later).
     EXTENSION_INSTALLED = "SELECT (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_rendezvous'), \

@@ -59,6 +59,26 @@ async fn every_statement_the_client_sends_describes_as_the_client_expects() {
     );
 }
 
+/// The same for the `rendezvous` command's statements (status, admin, check, the fleet), with
+/// the fleet's bookkeeping tables made first, as the fleet does.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_statement_the_command_sends_describes_as_it_expects() {
+    let db = TestDb::new("contract_cli").await;
+    let client = db.connect().await;
+    client.batch_execute(rendezvous_cli::sql::FLEET_SCHEMA).await.expect("the fleet's tables");
+    assert!(!rendezvous_cli::sql::STATEMENTS.is_empty());
+    let mut broken = Vec::new();
+    for s in rendezvous_cli::sql::STATEMENTS {
+        broken.extend(mismatches(&client, s).await);
+    }
+    assert!(
+        broken.is_empty(),
+        "the extension and the rendezvous command disagree on {} point(s):\n  {}",
+        broken.len(),
+        broken.join("\n  ")
+    );
+}
+
 /// The check above fails on a changed parameter type, result column name or type, or a
 /// missing function: shown here on altered copies of a real statement.
 #[tokio::test(flavor = "multi_thread")]

@@ -10,6 +10,7 @@ use tokio_postgres::Client;
 use super::controller::CALL_TIMEOUT;
 use super::hosts::{signal, spawn, wake, Host};
 use super::report::Report;
+use crate::sql;
 
 /// How long a hung host stays stopped, and a partitioned one cut off: longer than every lease
 /// the hosts use (tasks 2 s, runs 3 s, a leader's 1 s plus the next candidate's 1 s grace), so
@@ -31,20 +32,8 @@ struct Held {
 
 async fn held_by(admin: &Client, host: &str, leader: &CurrentLeader) -> Result<Held, String> {
     let e = |e: tokio_postgres::Error| e.to_string();
-    let firings = admin
-        .query(
-            "SELECT firing_key, token FROM rendezvous.status_firings WHERE holder = $1 AND state = 'running'",
-            &[&host],
-        )
-        .await
-        .map_err(e)?;
-    let runs = admin
-        .query(
-            "SELECT run_id, attempts FROM rendezvous.status_runs WHERE holder = $1 AND state = 'running'",
-            &[&host],
-        )
-        .await
-        .map_err(e)?;
+    let firings = admin.query(sql::FLEET_HELD_FIRINGS, &[&host]).await.map_err(e)?;
+    let runs = admin.query(sql::FLEET_HELD_RUNS, &[&host]).await.map_err(e)?;
     Ok(Held {
         leader_epoch: (leader.leader.as_deref() == Some(host)).then_some(leader.epoch),
         firings: firings.iter().map(|r| (r.get(0), r.get(1))).collect(),
@@ -95,12 +84,7 @@ async fn watch_takeover(
             let (keys, tokens): (Vec<&str>, Vec<i64>) =
                 held.firings.iter().map(|(k, t)| (k.as_str(), *t)).unzip();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&keys, &tokens];
-            let again = c.query(
-                "SELECT f.firing_key FROM rendezvous.status_firings f
-                   JOIN unnest($1::text[], $2::int8[]) AS h(key, token) ON h.key = f.firing_key
-                  WHERE f.completed_at IS NOT NULL OR f.token > h.token",
-                &params,
-            );
+            let again = c.query(sql::FLEET_FIRINGS_HELD_AGAIN, &params);
             if let Ok(Ok(rows)) = tokio::time::timeout(CALL_TIMEOUT, again).await {
                 let done: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
                 record("firing", done.len());
@@ -110,12 +94,7 @@ async fn watch_takeover(
         if !held.runs.is_empty() {
             let (ids, attempts): (Vec<i64>, Vec<i32>) = held.runs.iter().copied().unzip();
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&ids, &attempts];
-            let again = c.query(
-                "SELECT r.run_id FROM rendezvous.status_runs r
-                   JOIN unnest($1::int8[], $2::int4[]) AS h(run_id, attempts) ON h.run_id = r.run_id
-                  WHERE r.state IN ('succeeded', 'failed', 'cancelled') OR r.attempts > h.attempts",
-                &params,
-            );
+            let again = c.query(sql::FLEET_RUNS_HELD_AGAIN, &params);
             if let Ok(Ok(rows)) = tokio::time::timeout(CALL_TIMEOUT, again).await {
                 let done: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
                 record("run", done.len());
@@ -281,13 +260,7 @@ async fn terminate_backends(
 ) -> Result<(), String> {
     let held = held_by(admin, &host.plan.host_id, leader_now).await?;
     let pattern = format!("rendezvous % {}", host.plan.host_id);
-    admin
-        .execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1",
-            &[&pattern],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    admin.execute(sql::FLEET_TERMINATE_HOST, &[&pattern]).await.map_err(|e| e.to_string())?;
     watcher.watch("pg_terminate_backend", held);
     report.record_act("pg_terminate_backend", "backends terminated", &host.plan.host_id);
     Ok(())

@@ -4,18 +4,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_postgres::Client;
 
-/// The fleet's bookkeeping tables (in the database it runs against), made if missing.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS fleet_starts (tag text, firing_key text, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
-ALTER TABLE fleet_starts ADD COLUMN IF NOT EXISTS fire_at timestamptz;
-CREATE TABLE IF NOT EXISTS fleet_effects (tag text, firing_key text, token bigint, host_id text, run_id bigint, at timestamptz DEFAULT clock_timestamp());
-ALTER TABLE fleet_effects ADD COLUMN IF NOT EXISTS fire_at timestamptz;
-CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id bigint, created boolean);
-CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
-CREATE TABLE IF NOT EXISTS fleet_run_starts (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
-CREATE TABLE IF NOT EXISTS fleet_run_effects (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
-ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
-
 /// How long the controller waits for one call: a primary cut off from its synchronous standby
 /// never acknowledges a commit, and a dead network path never answers.
 pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,6 +7,7 @@ use tokio_postgres::Client;
 
 use super::report::Report;
 use crate::host::HostPlan;
+use crate::sql;
 
 pub(super) struct Host {
     pub(super) plan: HostPlan,
@@ -107,11 +108,7 @@ pub(super) async fn progress(
     report: &Report,
 ) {
     let done: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM rendezvous.status_firings
-              WHERE task_id LIKE $1 AND completed_at IS NOT NULL AND fire_at <= $2",
-            &[&format!("{tag}-%"), &end],
-        )
+        .query_one(sql::FLEET_PROGRESS, &[&format!("{tag}-%"), &end])
         .await
         .map(|r| r.get(0))
         .unwrap_or(-1);

@@ -13,7 +13,7 @@ use tokio_postgres::Client;
 use crate::ha::{Failover, Ha};
 use crate::host::HostPlan;
 use chaos::{chaos_step, Takeovers, Watcher};
-use controller::{bounded, connect_controller, unix_ms, CALL_TIMEOUT, REPORT_TIMEOUT, SCHEMA};
+use controller::{bounded, connect_controller, unix_ms, CALL_TIMEOUT, REPORT_TIMEOUT};
 use hosts::{progress, restart_exited, spawn, wake, Host};
 pub use report::{print_report, Report};
 
@@ -139,7 +139,7 @@ async fn drive(o: FleetOptions, url: String, ha: Option<&mut Ha>) -> Result<Repo
     let mut admin = connect_controller(&url).await.map_err(|e| format!("cannot connect: {e}"))?;
     bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
         rendezvous_client::check_extension(admin).await.map_err(|e| e.to_string())?;
-        admin.batch_execute(SCHEMA).await.map_err(|e| e.to_string())
+        admin.batch_execute(crate::sql::FLEET_SCHEMA).await.map_err(|e| e.to_string())
     })
     .await?;
     let tag = format!("fleet{}", unix_ms(SystemTime::now()) % 100_000_000);

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 use tokio_postgres::Client;
 
 use crate::ha::Failover;
+use crate::sql;
 
 /// The final figures.
 #[derive(Debug)]
@@ -153,49 +154,16 @@ async fn firing_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Repo
     let count = |sql: &'static str| async move {
         admin.query_one(sql, &all).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string())
     };
-    let firings = |filter: &'static str| {
-        let sql = format!(
-            "SELECT count(*) FROM rendezvous.status_firings WHERE $1::text IS NOT NULL AND task_id LIKE $3 AND fire_at <= $2 AND {filter}"
-        );
-        async move { admin.query_one(&sql, &all).await.map(|row| row.get::<_, i64>(0)).map_err(|e| e.to_string()) }
-    };
-    r.completed = firings("completed_at IS NOT NULL").await?;
+    r.completed = count(sql::FLEET_FIRINGS_COMPLETED).await?;
     r.lost = r.due - r.completed;
-    r.retried = firings("failures > 0 AND completed_at IS NOT NULL").await?;
-    r.failed = firings("state = 'failed'").await?;
-    r.executed_twice = count(
-        "SELECT count(*) FROM (SELECT e.firing_key FROM fleet_effects e
-           JOIN rendezvous.status_firings f ON f.firing_key = e.firing_key AND f.task_id LIKE $3
-          WHERE e.tag = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
-    )
-    .await?;
-    r.rerun_after_takeover = count(
-        "SELECT count(*) FROM (SELECT s.firing_key FROM fleet_starts s
-           JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key AND f.task_id LIKE $3
-          WHERE s.tag = $1 AND f.fire_at <= $2 AND f.failures = 0 GROUP BY 1 HAVING count(DISTINCT s.token) > 1) x",
-    )
-    .await?;
-    r.started_early = count(
-        "SELECT count(*) FROM fleet_starts s JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
-          WHERE s.tag = $1 AND s.at < f.fire_at AND f.fire_at <= $2 AND f.task_id LIKE $3",
-    )
-    .await?;
-    r.runs = count(
-        "SELECT count(*) FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
-          WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3",
-    )
-    .await?;
-    r.deduplicated = count(
-        "SELECT count(*) FROM fleet_admissions a JOIN rendezvous.status_firings f ON f.firing_key = a.firing_key
-          WHERE a.tag = $1 AND NOT a.created AND f.fire_at <= $2 AND f.task_id LIKE $3",
-    )
-    .await?;
-    r.keys_with_two_runs = count(
-        "SELECT count(*) FROM (SELECT r.dispatch_key FROM rendezvous.status_runs r
-           JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key AND f.task_id LIKE $3
-          WHERE r.tenant_id = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x",
-    )
-    .await?;
+    r.retried = count(sql::FLEET_FIRINGS_RETRIED).await?;
+    r.failed = count(sql::FLEET_FIRINGS_FAILED).await?;
+    r.executed_twice = count(sql::FLEET_EXECUTED_TWICE).await?;
+    r.rerun_after_takeover = count(sql::FLEET_RERUN_AFTER_TAKEOVER).await?;
+    r.started_early = count(sql::FLEET_STARTED_EARLY).await?;
+    r.runs = count(sql::FLEET_RUNS_ADMITTED).await?;
+    r.deduplicated = count(sql::FLEET_DEDUPLICATED).await?;
+    r.keys_with_two_runs = count(sql::FLEET_KEYS_WITH_TWO_RUNS).await?;
     Ok(())
 }
 
@@ -204,46 +172,22 @@ async fn firing_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Repo
 async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
     let like = format!("{tag}-task-%");
     let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tag, &end, &like];
-    let runs = admin
-        .query_one(
-            "SELECT count(*) FILTER (WHERE r.state = 'succeeded'),
-                    count(*) FILTER (WHERE r.state IN ('pending', 'running')),
-                    count(*) FILTER (WHERE r.state = 'failed'),
-                    count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
-                                       AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
-                                                         GROUP BY 1 HAVING count(*) > 1))
-               FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
-              WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3",
-            &all,
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let runs = admin.query_one(sql::FLEET_RUN_OUTCOMES, &all).await.map_err(|e| e.to_string())?;
     (r.runs_executed, r.runs_unfinished, r.runs_failed, r.runs_retried) =
         (runs.get(0), runs.get(1), runs.get(2), runs.get(3));
     r.runs_executed_twice = admin
-        .query_one(
-            "SELECT count(*) FROM (SELECT run_id FROM fleet_run_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x",
-            &[&tag],
-        )
+        .query_one(sql::FLEET_RUNS_EXECUTED_TWICE, &[&tag])
         .await
         .map(|row| row.get::<_, i64>(0))
         .map_err(|e| e.to_string())?;
     // Started again with a higher token although no attempt of it failed: a takeover.
     r.runs_taken_over = admin
-        .query_one(
-            "SELECT count(*) FROM (SELECT s.run_id FROM fleet_run_starts s WHERE s.tag = $1
-              GROUP BY 1 HAVING count(DISTINCT s.token) > 1 AND s.run_id % 9 <> 0) x",
-            &[&tag],
-        )
+        .query_one(sql::FLEET_RUNS_TAKEN_OVER, &[&tag])
         .await
         .map(|row| row.get::<_, i64>(0))
         .map_err(|e| e.to_string())?;
     r.split_brain_epochs = admin
-        .query_one(
-            "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1
-              GROUP BY 1 HAVING count(DISTINCT host_id) > 1) x",
-            &[&tag],
-        )
+        .query_one(sql::FLEET_SPLIT_BRAIN_EPOCHS, &[&tag])
         .await
         .map(|row| row.get::<_, i64>(0))
         .map_err(|e| e.to_string())?;
@@ -252,28 +196,11 @@ async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report)
 
 /// Run pickup (admission to first start) and firing start lateness, p50 and p99.
 async fn latencies(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
-    let pickup = admin
-        .query_one(
-            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
-               FROM (SELECT extract(epoch FROM min(s.at) - r.created_at)::float8 AS l
-                       FROM fleet_run_starts s JOIN rendezvous.status_runs r ON r.run_id = s.run_id
-                      WHERE s.tag = $1 GROUP BY s.run_id, r.created_at) x",
-            &[&tag],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let pickup = admin.query_one(sql::FLEET_RUN_PICKUP, &[&tag]).await.map_err(|e| e.to_string())?;
     if let (Some(p50), Some(p99)) = (pickup.get::<_, Option<f64>>(0), pickup.get::<_, Option<f64>>(1)) {
         r.run_pickup = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
     }
-    let lateness = admin
-        .query_one(
-            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
-               FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s
-                      WHERE s.tag = $1 AND s.fire_at <= $2 GROUP BY s.firing_key, s.fire_at) x",
-            &[&tag, &end],
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let lateness = admin.query_one(sql::FLEET_LATENESS, &[&tag, &end]).await.map_err(|e| e.to_string())?;
     if let (Some(p50), Some(p99)) = (lateness.get::<_, Option<f64>>(0), lateness.get::<_, Option<f64>>(1)) {
         r.lateness = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
     }
@@ -292,14 +219,7 @@ pub(super) async fn timeline_data(
         .query(
             // Ran again: an earlier start of the same firing had a lower token (tokens start
             // at (timeline - 1) << 32 after a promotion, so not "token > 1"), or it failed.
-            "SELECT s.host_id, s.at, e.at,
-                    EXISTS (SELECT 1 FROM fleet_starts p
-                             WHERE p.tag = s.tag AND p.firing_key = s.firing_key AND p.token < s.token)
-                    OR f.failures > 0
-               FROM fleet_starts s
-               LEFT JOIN fleet_effects e ON e.tag = s.tag AND e.firing_key = s.firing_key AND e.token = s.token
-               LEFT JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
-              WHERE s.tag = $1",
+            sql::FLEET_TIMELINE_STARTS,
             &[&tag],
         )
         .await
@@ -308,10 +228,7 @@ pub(super) async fn timeline_data(
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get::<_, Option<bool>>(3).unwrap_or(false)))
         .collect::<Vec<(String, SystemTime, Option<SystemTime>, bool)>>();
     let terms = admin
-        .query(
-            "SELECT host_id, epoch, min(at), max(at) FROM fleet_leader_actions WHERE tag = $1 GROUP BY 1, 2",
-            &[&tag],
-        )
+        .query(sql::FLEET_TIMELINE_TERMS, &[&tag])
         .await
         .map_err(e)?
         .iter()

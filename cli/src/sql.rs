@@ -1,0 +1,292 @@
+//! Every statement the `rendezvous` command sends to a database with pg_rendezvous: status,
+//! admin, check, and the fleet's hosts, controller and report (with its bookkeeping tables,
+//! [`FLEET_SCHEMA`]). Declared as the client's are (`rendezvous_client::sql_statements!`), so
+//! `tests/it/contract.rs` prepares each against the installed extension and compares its
+//! parameter and column types with these. Statements the command sends to other servers
+//! (a pg_auto_failover monitor, a standby being set up: ha.rs, cluster.rs) are not here.
+
+/// The fleet's bookkeeping tables (in the database it runs against), made if missing.
+pub const FLEET_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS fleet_starts (tag text, firing_key text, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+ALTER TABLE fleet_starts ADD COLUMN IF NOT EXISTS fire_at timestamptz;
+CREATE TABLE IF NOT EXISTS fleet_effects (tag text, firing_key text, token bigint, host_id text, run_id bigint, at timestamptz DEFAULT clock_timestamp());
+ALTER TABLE fleet_effects ADD COLUMN IF NOT EXISTS fire_at timestamptz;
+CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id bigint, created boolean);
+CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_run_starts (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_run_effects (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
+ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
+
+rendezvous_client::sql_statements! {
+    /// `rendezvous status` (status.rs).
+    STATUS_HOSTS = "SELECT host_id, weight, extract(epoch FROM clock_timestamp() - last_seen)::float8, live,
+                count(*) OVER (), count(*) FILTER (WHERE live) OVER (),
+                coalesce(sum(weight) FILTER (WHERE live) OVER (), 0)::float8
+           FROM rendezvous.status_hosts ORDER BY live, host_id LIMIT 100"
+        () -> ("host_id": TEXT, "weight": FLOAT8, "extract": FLOAT8, "live": BOOL, "count": INT8, "count": INT8, "coalesce": FLOAT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_LEADERS = "SELECT group_name, leader, epoch, holder_pid, extract(epoch FROM clock_timestamp() - since)::float8,
+                count(*) OVER (), count(leader) OVER ()
+           FROM rendezvous.status_leaders ORDER BY leader IS NOT NULL, 1 LIMIT 100"
+        () -> ("group_name": TEXT, "leader": TEXT, "epoch": INT8, "holder_pid": INT4, "extract": FLOAT8, "count": INT8, "count": INT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_FIRINGS_IN_FLIGHT = "SELECT firing_key, holder, token, attempts, extract(epoch FROM lease_until - clock_timestamp())::float8, false, state,
+                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
+           FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20"
+        () -> ("firing_key": TEXT, "holder": TEXT, "token": INT8, "attempts": INT4, "extract": FLOAT8, "?column?": BOOL, "state": TEXT, "float8": FLOAT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_FIRINGS_RECENT = "SELECT firing_key, holder, token, attempts, 0::float8, true, state,
+                (extract(epoch FROM claimed_at - fire_at) * 1000)::float8
+           FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10"
+        () -> ("firing_key": TEXT, "holder": TEXT, "token": INT8, "attempts": INT4, "float8": FLOAT8, "?column?": BOOL, "state": TEXT, "float8": FLOAT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_FIRING_COUNTS = "SELECT (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL),
+                (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at > now() - interval '1 minute'),
+                (SELECT count(*) FROM rendezvous.status_firings WHERE failed_at IS NOT NULL)"
+        () -> ("count": INT8, "count": INT8, "count": INT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_TASKS = "SELECT task_id, schedule, time_zone, paused, extract(epoch FROM next_fire_at - clock_timestamp())::float8,
+                running, pending + retrying, failed, last_error, skipped
+           FROM rendezvous.status_tasks ORDER BY next_fire_at NULLS LAST, task_id LIMIT 20"
+        () -> ("task_id": TEXT, "schedule": TEXT, "time_zone": TEXT, "paused": BOOL, "extract": FLOAT8, "running": INT8, "?column?": INT8, "failed": INT8, "last_error": TEXT, "skipped": INT8);
+    /// `rendezvous status` (status.rs).
+    STATUS_REPLICATION = "SELECT in_recovery, standbys, synchronous, synchronous_standby_names, synchronous_commit, warning
+           FROM rendezvous.replication_status()"
+        () -> ("in_recovery": BOOL, "standbys": INT4, "synchronous": INT4, "synchronous_standby_names": TEXT, "synchronous_commit": TEXT, "warning": TEXT);
+    /// `rendezvous status` (status.rs).
+    STATUS_RUNS = "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10"
+        () -> ("run_id": INT8, "tenant_id": TEXT, "workflow_ref": TEXT, "coalesce": TEXT, "state": TEXT);
+    /// `rendezvous status` (status.rs).
+    STATUS_RUN_QUEUE = "SELECT workflow_ref, pending, runnable, running, extract(epoch FROM oldest_runnable_age)::float8
+           FROM rendezvous.status_run_queue ORDER BY workflow_ref LIMIT 50"
+        () -> ("workflow_ref": TEXT, "pending": INT8, "runnable": INT8, "running": INT8, "extract": FLOAT8);
+    /// `rendezvous admin` (admin.rs).
+    PAUSE_TASK = "SELECT rendezvous.pause_task($1)"
+        (TEXT) -> ("pause_task": VOID);
+    /// `rendezvous admin` (admin.rs).
+    RESUME_TASK = "SELECT rendezvous.resume_task($1)"
+        (TEXT) -> ("resume_task": TIMESTAMPTZ);
+    /// `rendezvous admin` (admin.rs).
+    UNSCHEDULE_TASK = "SELECT rendezvous.unschedule_task($1)"
+        (TEXT) -> ("unschedule_task": BOOL);
+    /// `rendezvous admin` (admin.rs).
+    RELEASE_FIRING_CLAIM = "SELECT released, holder, token FROM rendezvous.release_firing_claim($1, $2::text::timestamptz)"
+        (TEXT, TEXT) -> ("released": BOOL, "holder": TEXT, "token": INT8);
+    /// `rendezvous admin` (admin.rs).
+    REQUEST_STEP_DOWN = "SELECT requested, leader, epoch FROM rendezvous.request_step_down($1, $2)"
+        (TEXT, TEXT) -> ("requested": BOOL, "leader": TEXT, "epoch": INT8);
+    /// `rendezvous admin` (admin.rs).
+    LEAVE = "SELECT rendezvous.leave($1)"
+        (TEXT) -> ("leave": BOOL);
+    /// `rendezvous check` (check.rs).
+    CHECK_SESSION = "SELECT current_user, current_database(), current_setting('server_version'), \
+                    coalesce(host(inet_server_addr()) || ':' || inet_server_port(), 'local socket'), \
+                    s.ssl, s.version, s.cipher \
+               FROM pg_catalog.pg_stat_ssl s WHERE s.pid = pg_catalog.pg_backend_pid()"
+        () -> ("current_user": NAME, "current_database": NAME, "current_setting": TEXT, "coalesce": TEXT, "ssl": BOOL, "version": TEXT, "cipher": TEXT);
+    /// `rendezvous fleet` (host.rs).
+    FLEET_START = "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)"
+        (TEXT, TEXT, INT8, TEXT, TIMESTAMPTZ) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_ADMISSION = "INSERT INTO fleet_admissions (tag, firing_key, run_id, created) VALUES ($1, $2, $3, $4)"
+        (TEXT, TEXT, INT8, BOOL) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_EFFECT = "INSERT INTO fleet_effects (tag, firing_key, token, host_id, run_id, fire_at) VALUES ($1, $2, $3, $4, $5, $6)"
+        (TEXT, TEXT, INT8, TEXT, INT8, TIMESTAMPTZ) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_RUN_START = "INSERT INTO fleet_run_starts (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)"
+        (TEXT, INT8, INT8, TEXT) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_RUN_EFFECT = "INSERT INTO fleet_run_effects (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)"
+        (TEXT, INT8, INT8, TEXT) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_LEADER_ACTION = "INSERT INTO fleet_leader_actions (tag, epoch, host_id, action_id) VALUES ($1, $2, $3, $4)"
+        (TEXT, INT8, TEXT, INT8) -> ();
+    /// `rendezvous fleet` (host.rs).
+    FLEET_ALL_DONE = "SELECT count(*) FILTER (WHERE t.next_fire_at > $2) = $3
+                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
+                                     WHERE f.task_id LIKE $1 AND f.fire_at <= $2 AND f.completed_at IS NULL)
+                    AND NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
+                                      JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+                                     WHERE r.tenant_id = $4 AND r.state IN ('pending', 'running')
+                                       AND f.task_id LIKE $1 AND f.fire_at <= $2)
+               FROM rendezvous.status_tasks t WHERE t.task_id LIKE $1"
+        (TEXT, TIMESTAMPTZ, INT8, TEXT) -> ("?column?": BOOL);
+    /// `rendezvous fleet` (ledger.rs).
+    LEDGER_RUNS_LOST = "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, run_id)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
+                                 WHERE r.run_id = l.run_id AND r.dispatch_key = l.key)"
+        (TEXT_ARRAY, INT8_ARRAY) -> ("count": INT8);
+    /// `rendezvous fleet` (ledger.rs).
+    LEDGER_COMPLETIONS_LOST = "SELECT count(*) FROM unnest($1::text[], $2::int8[]) AS l(key, token)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
+                                 WHERE f.firing_key = l.key AND f.completed_at IS NOT NULL)
+                 OR NOT EXISTS (SELECT 1 FROM fleet_effects e WHERE e.firing_key = l.key AND e.token = l.token)"
+        (TEXT_ARRAY, INT8_ARRAY) -> ("count": INT8);
+    /// `rendezvous fleet` (ledger.rs).
+    LEDGER_RUN_COMPLETIONS_LOST = "SELECT count(*) FROM unnest($1::int8[], $2::int8[]) AS l(run_id, token)
+              WHERE NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r WHERE r.run_id = l.run_id AND r.state = 'succeeded')
+                 OR NOT EXISTS (SELECT 1 FROM fleet_run_effects e WHERE e.run_id = l.run_id AND e.token = l.token)"
+        (INT8_ARRAY, INT8_ARRAY) -> ("count": INT8);
+    /// `rendezvous fleet` (ledger.rs).
+    LEDGER_TERMS_LOST = "SELECT count(*) FROM unnest($1::int8[]) AS l(epoch)
+              WHERE l.epoch > (SELECT coalesce(max(epoch), 0) FROM rendezvous.status_leaders WHERE group_name = $2)"
+        (INT8_ARRAY, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (ledger.rs).
+    LEDGER_ACTIONS_LOST = "SELECT count(*) FROM unnest($1::text[], $2::int8[], $3::int8[]) AS l(host_id, epoch, action_id)
+              WHERE NOT EXISTS (SELECT 1 FROM fleet_leader_actions a
+                                 WHERE a.host_id = l.host_id AND a.epoch = l.epoch AND a.action_id = l.action_id)"
+        (TEXT_ARRAY, INT8_ARRAY, INT8_ARRAY) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/hosts.rs).
+    FLEET_PROGRESS = "SELECT count(*) FROM rendezvous.status_firings
+              WHERE task_id LIKE $1 AND completed_at IS NOT NULL AND fire_at <= $2"
+        (TEXT, TIMESTAMPTZ) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/chaos.rs).
+    FLEET_HELD_FIRINGS = "SELECT firing_key, token FROM rendezvous.status_firings WHERE holder = $1 AND state = 'running'"
+        (TEXT) -> ("firing_key": TEXT, "token": INT8);
+    /// `rendezvous fleet` (fleet/chaos.rs).
+    FLEET_HELD_RUNS = "SELECT run_id, attempts FROM rendezvous.status_runs WHERE holder = $1 AND state = 'running'"
+        (TEXT) -> ("run_id": INT8, "attempts": INT4);
+    /// `rendezvous fleet` (fleet/chaos.rs).
+    FLEET_FIRINGS_HELD_AGAIN = "SELECT f.firing_key FROM rendezvous.status_firings f
+                   JOIN unnest($1::text[], $2::int8[]) AS h(key, token) ON h.key = f.firing_key
+                  WHERE f.completed_at IS NOT NULL OR f.token > h.token"
+        (TEXT_ARRAY, INT8_ARRAY) -> ("firing_key": TEXT);
+    /// `rendezvous fleet` (fleet/chaos.rs).
+    FLEET_RUNS_HELD_AGAIN = "SELECT r.run_id FROM rendezvous.status_runs r
+                   JOIN unnest($1::int8[], $2::int4[]) AS h(run_id, attempts) ON h.run_id = r.run_id
+                  WHERE r.state IN ('succeeded', 'failed', 'cancelled') OR r.attempts > h.attempts"
+        (INT8_ARRAY, INT4_ARRAY) -> ("run_id": INT8);
+    /// `rendezvous fleet` (fleet/chaos.rs).
+    FLEET_TERMINATE_HOST = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1"
+        (TEXT) -> ("pg_terminate_backend": BOOL);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_EXECUTED_TWICE = "SELECT count(*) FROM (SELECT e.firing_key FROM fleet_effects e
+           JOIN rendezvous.status_firings f ON f.firing_key = e.firing_key AND f.task_id LIKE $3
+          WHERE e.tag = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RERUN_AFTER_TAKEOVER = "SELECT count(*) FROM (SELECT s.firing_key FROM fleet_starts s
+           JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key AND f.task_id LIKE $3
+          WHERE s.tag = $1 AND f.fire_at <= $2 AND f.failures = 0 GROUP BY 1 HAVING count(DISTINCT s.token) > 1) x"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_STARTED_EARLY = "SELECT count(*) FROM fleet_starts s JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+          WHERE s.tag = $1 AND s.at < f.fire_at AND f.fire_at <= $2 AND f.task_id LIKE $3"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RUNS_ADMITTED = "SELECT count(*) FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+          WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_DEDUPLICATED = "SELECT count(*) FROM fleet_admissions a JOIN rendezvous.status_firings f ON f.firing_key = a.firing_key
+          WHERE a.tag = $1 AND NOT a.created AND f.fire_at <= $2 AND f.task_id LIKE $3"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_KEYS_WITH_TWO_RUNS = "SELECT count(*) FROM (SELECT r.dispatch_key FROM rendezvous.status_runs r
+           JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key AND f.task_id LIKE $3
+          WHERE r.tenant_id = $1 AND f.fire_at <= $2 GROUP BY 1 HAVING count(*) > 1) x"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RUN_OUTCOMES = "SELECT count(*) FILTER (WHERE r.state = 'succeeded'),
+                    count(*) FILTER (WHERE r.state IN ('pending', 'running')),
+                    count(*) FILTER (WHERE r.state = 'failed'),
+                    count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
+                                       AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
+                                                         GROUP BY 1 HAVING count(*) > 1))
+               FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+              WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8, "count": INT8, "count": INT8, "count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RUNS_EXECUTED_TWICE = "SELECT count(*) FROM (SELECT run_id FROM fleet_run_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x"
+        (TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RUNS_TAKEN_OVER = "SELECT count(*) FROM (SELECT s.run_id FROM fleet_run_starts s WHERE s.tag = $1
+              GROUP BY 1 HAVING count(DISTINCT s.token) > 1 AND s.run_id % 9 <> 0) x"
+        (TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_SPLIT_BRAIN_EPOCHS = "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1
+              GROUP BY 1 HAVING count(DISTINCT host_id) > 1) x"
+        (TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_RUN_PICKUP = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+               FROM (SELECT extract(epoch FROM min(s.at) - r.created_at)::float8 AS l
+                       FROM fleet_run_starts s JOIN rendezvous.status_runs r ON r.run_id = s.run_id
+                      WHERE s.tag = $1 GROUP BY s.run_id, r.created_at) x"
+        (TEXT) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_LATENESS = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+               FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s
+                      WHERE s.tag = $1 AND s.fire_at <= $2 GROUP BY s.firing_key, s.fire_at) x"
+        (TEXT, TIMESTAMPTZ) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_TIMELINE_STARTS = "SELECT s.host_id, s.at, e.at,
+                    EXISTS (SELECT 1 FROM fleet_starts p
+                             WHERE p.tag = s.tag AND p.firing_key = s.firing_key AND p.token < s.token)
+                    OR f.failures > 0
+               FROM fleet_starts s
+               LEFT JOIN fleet_effects e ON e.tag = s.tag AND e.firing_key = s.firing_key AND e.token = s.token
+               LEFT JOIN rendezvous.status_firings f ON f.firing_key = s.firing_key
+              WHERE s.tag = $1"
+        (TEXT) -> ("host_id": TEXT, "at": TIMESTAMPTZ, "at": TIMESTAMPTZ, "?column?": BOOL);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_TIMELINE_TERMS = "SELECT host_id, epoch, min(at), max(at) FROM fleet_leader_actions WHERE tag = $1 GROUP BY 1, 2"
+        (TEXT) -> ("host_id": TEXT, "epoch": INT8, "min": TIMESTAMPTZ, "max": TIMESTAMPTZ);
+    /// `rendezvous admin purge` (admin.rs).
+    PURGE_RUNS_STEP = "SELECT rendezvous.purge_runs($1::text::interval, $2)"
+        (TEXT, INT4) -> ("purge_runs": INT8);
+    /// `rendezvous admin purge` (admin.rs).
+    PURGE_FIRINGS_STEP = "SELECT rendezvous.purge_firings($1::text::interval, $2)"
+        (TEXT, INT4) -> ("purge_firings": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_FIRINGS_COMPLETED = "SELECT count(*) FROM rendezvous.status_firings WHERE $1::text IS NOT NULL AND task_id LIKE $3 AND fire_at <= $2 AND completed_at IS NOT NULL"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_FIRINGS_RETRIED = "SELECT count(*) FROM rendezvous.status_firings WHERE $1::text IS NOT NULL AND task_id LIKE $3 AND fire_at <= $2 AND failures > 0 AND completed_at IS NOT NULL"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs).
+    FLEET_FIRINGS_FAILED = "SELECT count(*) FROM rendezvous.status_firings WHERE $1::text IS NOT NULL AND task_id LIKE $3 AND fire_at <= $2 AND state = 'failed'"
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8);
+}
+
+#[cfg(test)]
+mod tests {
+    /// The contract test covers what is declared above: SQL the command sends to a database
+    /// with pg_rendezvous written anywhere else would escape it. ha.rs and cluster.rs talk to
+    /// other servers (a failover monitor, a standby being set up); tests and doc comments are
+    /// fine.
+    #[test]
+    fn the_command_sends_no_sql_but_these() {
+        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+        let mut files = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.iter().any(|p| p.ends_with("fleet/report.rs")), "the walk reaches module directories");
+        for path in files {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            if ["sql.rs", "ha.rs", "cluster.rs"].contains(&name) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for (n, line) in code.lines().enumerate() {
+                if line.trim_start().starts_with("//") {
+                    continue;
+                }
+                for verb in
+                    ["\"SELECT ", "\"INSERT ", "\"UPDATE ", "\"DELETE ", "\"WITH ", "\"CREATE ", "\"ALTER "]
+                {
+                    assert!(!line.contains(verb), "{}:{}: SQL outside sql.rs: {line}", path.display(), n + 1);
+                }
+            }
+        }
+    }
+}
