@@ -1,8 +1,10 @@
 //! pg_rendezvous: coordinate a fleet of hosts through the PostgreSQL database they already use.
 //!
-//! One module per concept. Every SQL object lives in the `rendezvous` schema: the control
-//! file's `schema` makes CREATE EXTENSION create it and put pgrx's generated functions there
-//! (pgrx cannot qualify them without also emitting a conflicting CREATE SCHEMA). Hand-written
+//! One module per concept; the hand C-ABI layer the hot paths use is in `ffi/` (every unsafe
+//! block says why it is sound), what older versions' SQL still calls in `compat.rs`. Every SQL
+//! object lives in the `rendezvous` schema: the control file's `schema` makes CREATE EXTENSION
+//! create it and put pgrx's generated functions there (pgrx cannot qualify them without also
+//! emitting a conflicting CREATE SCHEMA). Hand-written
 //! SQL lives in a `.sql` file beside its module (`admission.rs` loads `admission.sql`), all of
 //! it schema-qualified. Upgrade scripts make every function, view and grant again from these
 //! sources (`sqlgen`); only table and type changes are written by hand, in `sql/migrations/`.
