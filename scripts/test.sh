@@ -13,8 +13,9 @@
 #      specs), the portable edition's tests (scripts/test_portable.sh: the same suites against
 #      it, installed by a database owner that is not superuser, and its upgrade in both forms),
 #      the upgrade test (pg_test/upgrade/) and the Rust integration tests under tests/;
-#      on 15, also the CLI's tests (a short `rendezvous fleet --chaos` that must PASS, the fleet
-#      across a pg_auto_failover failover, TLS, the dashboard)
+#      on 15, also the integration tests against the portable edition, and the CLI's tests (a
+#      short `rendezvous fleet --chaos` that must PASS, the fleet across a pg_auto_failover
+#      failover, TLS, the dashboard)
 # Every cluster it starts is stopped and removed on exit, failure included.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -178,6 +179,14 @@ integration_tests() {
     exit 1
   fi
   [ -n "$cli" ] || return 0
+  # The same suite against the portable edition (every test database gets its script instead
+  # of CREATE EXTENSION), once: the tests of what docs/operations.md says differs say so and end.
+  log "integration tests under tests/ again, against the portable edition"
+  if ! RENDEZVOUS_TEST_PORTABLE_SCRIPT=$RENDEZVOUS_PORTABLE_SCRIPT RENDEZVOUS_TEST_DATABASE_URL=$DATABASE_URL \
+       cargo test --quiet "${pkgs[@]}" --test integration; then
+    wait "$cli" || true
+    exit 1
+  fi
   if ! wait "$cli"; then
     cat "$cli_log" >&2
     exit 1

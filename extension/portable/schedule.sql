@@ -397,7 +397,7 @@ $$;
 -- (back = false), or the last at or before it (back = true); NULL past the year 5000 or
 -- before the year 1.
 CREATE FUNCTION rendezvous._cron_local(s rendezvous._cron_schedule, local timestamp, back boolean) RETURNS timestamp
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+LANGUAGE plpgsql STRICT IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -411,7 +411,9 @@ DECLARE
     x integer;
     days integer := 0;
 BEGIN
-    IF s.never THEN
+    -- A schedule that never fires, and anything that is not a parsed schedule (NULL, or a
+    -- value not made by _cron_parse: its never unknown), has no fire time: no search.
+    IF s.never IS NOT FALSE THEN
         RETURN NULL;
     END IF;
     LOOP
@@ -481,7 +483,7 @@ $$;
 -- The instants a wall-clock time names in a zone: one; two in a fall-back overlap (earlier,
 -- later); none in a spring-forward gap.
 CREATE FUNCTION rendezvous._cron_instants(local timestamp, zone text) RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STRICT STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -538,7 +540,7 @@ $$;
 -- into (if that day still matches); any other schedule at every instant the time names (none
 -- in a gap).
 CREATE FUNCTION rendezvous._cron_fires(s rendezvous._cron_schedule, zone text, local timestamp) RETURNS timestamptz[]
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STRICT STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -565,7 +567,7 @@ $$;
 -- that fires at an instant not behind `origin` (more than a second before it), in search
 -- order.
 CREATE FUNCTION rendezvous._cron_walk(s rendezvous._cron_schedule, zone text, local timestamp, origin timestamptz) RETURNS timestamptz
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STRICT STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -591,7 +593,7 @@ $$;
 -- before the year 5000); with back, the last at or before it.
 CREATE FUNCTION rendezvous._cron_next(s rendezvous._cron_schedule, zone text, after timestamptz, back boolean DEFAULT false)
 RETURNS timestamptz
-LANGUAGE plpgsql STABLE PARALLEL SAFE
+LANGUAGE plpgsql STRICT STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

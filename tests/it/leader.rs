@@ -145,6 +145,7 @@ impl Process {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_of_the_leader_process_hands_over_on_its_sessions_announcement() {
+    rendezvous_tests::native_only!("a leader's session ending is not announced in the portable edition: followers take over at their next refresh");
     let db = TestDb::new("lead_kill").await;
     let client = db.connect().await;
     let mut first = Process::spawn(&db.url, "shared-agent", "p1", 500);
@@ -499,6 +500,7 @@ async fn shutting_down_a_follower_leaks_no_lock() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_holds_no_snapshot_and_no_lock_and_takes_over_on_the_announcement() {
+    rendezvous_tests::native_only!("a leader's session ending is not announced in the portable edition: followers take over at their next refresh");
     let db = TestDb::new("lead_idle").await;
     let admin = db.connect().await;
     let a = start(&db.url, "g", "a").await;

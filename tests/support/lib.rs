@@ -28,6 +28,25 @@ pub fn cluster_url() -> String {
     }
 }
 
+/// True when this run tests the portable edition (scripts/test.sh names its script in
+/// `RENDEZVOUS_TEST_PORTABLE_SCRIPT`, and every [`TestDb`] installs it).
+pub fn portable_edition() -> bool {
+    std::env::var_os("RENDEZVOUS_TEST_PORTABLE_SCRIPT").is_some()
+}
+
+/// Ends a test that checks what the native edition does and the portable one documentedly does
+/// not (docs/operations.md, "What differs"), saying so, when this run tests the portable
+/// edition.
+#[macro_export]
+macro_rules! native_only {
+    ($why:literal) => {
+        if $crate::portable_edition() {
+            eprintln!("native edition only ({}): {}", module_path!(), $why);
+            return;
+        }
+    };
+}
+
 /// `url` with its database name replaced.
 pub fn with_database(url: &str, db: &str) -> String {
     let base = url.rsplit_once('/').map(|(b, _)| b).unwrap_or(url);
