@@ -15,7 +15,7 @@ main() {
   [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs takeover replication scale portable)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
-  # `replication` runs fleets on throwaway pairs of its own (scripts/bench_replication.sh).
+  # `replication` runs fleets on throwaway pairs of its own (scripts/bench/replication.sh).
   local replication=false on_cluster=()
   for b in "${benches[@]}"; do
     if [ "$b" = replication ]; then replication=true; else on_cluster+=("$b"); fi
@@ -27,7 +27,7 @@ main() {
   cargo build --quiet -p rendezvous-cli
   if $replication; then
     cargo build --quiet --release -p rendezvous-cli
-    "$ROOT_DIR/scripts/bench_replication.sh"
+    "$ROOT_DIR/scripts/bench/replication.sh"
   fi
   [ ${#on_cluster[@]} -gt 0 ] || return 0
   benches=("${on_cluster[@]}")
@@ -47,16 +47,16 @@ on_cluster() {
   for b in "$@"; do
     # Status, retention and membership costs at growing history, hosts and groups (SQL and the
     # rendezvous command, no cargo bench).
-    if [ "$b" = scale ]; then "$ROOT_DIR/scripts/bench_scale.sh"; continue; fi
+    if [ "$b" = scale ]; then "$ROOT_DIR/scripts/bench/scale.sh"; continue; fi
     # The portable edition beside the native one, call by call (SQL, no cargo bench).
-    if [ "$b" = portable ]; then "$ROOT_DIR/scripts/bench_portable.sh"; continue; fi
+    if [ "$b" = portable ]; then "$ROOT_DIR/scripts/bench/portable.sh"; continue; fi
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
     # Admission also in the server, where the client's round trip cannot hide its cost.
-    if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench_admission_pgbench.sh"; fi
+    if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench/admission_pgbench.sh"; fi
     # Runs beside the plain-SQL floor of a worker loop.
-    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench_runs_pgbench.sh"; fi
+    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_pgbench.sh"; fi
     # And beside the peers on PostgreSQL, graphile-worker and pg-boss.
-    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench_runs_peers.sh"; fi
+    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_peers.sh"; fi
   done
 }
 

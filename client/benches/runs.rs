@@ -7,7 +7,7 @@
 //!    acknowledgement to the handler's start (both on this machine's clock), p50 and p99.
 //!
 //! The plain-SQL floor beside it (a `FOR UPDATE SKIP LOCKED` worker loop in pgbench, two
-//! transactions per job) is `scripts/bench_runs_pgbench.sh`; `scripts/bench.sh runs` runs both.
+//! transactions per job) is `scripts/bench/runs_pgbench.sh`; `scripts/bench.sh runs` runs both.
 //! Run: `scripts/bench.sh runs`, or `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench runs`.
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -31,7 +31,7 @@ export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export function databaseUrl() {
   const url = process.env.PEER_DATABASE_URL;
-  if (!url) throw new Error('set PEER_DATABASE_URL (scripts/bench_runs_peers.sh does)');
+  if (!url) throw new Error('set PEER_DATABASE_URL (scripts/bench/runs_peers.sh does)');
   return url;
 }
 

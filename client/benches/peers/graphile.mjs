@@ -1,5 +1,5 @@
 // graphile-worker (the version pinned in package.json) measured as client/benches/runs.rs measures
-// our runtime; see common.mjs for the shape, scripts/bench_runs_peers.sh for how it is run.
+// our runtime; see common.mjs for the shape, scripts/bench/runs_peers.sh for how it is run.
 //
 // Its fastest documented configuration, not its defaults: the one its own docs report their top
 // numbers with (website docs, "Performance": the quick-stats and "With batching" perfTest preset),

@@ -1,5 +1,5 @@
 // pg-boss (the version pinned in package.json) measured as client/benches/runs.rs measures our
-// runtime; see common.mjs for the shape, scripts/bench_runs_peers.sh for how it is run.
+// runtime; see common.mjs for the shape, scripts/bench/runs_peers.sh for how it is run.
 //
 // Its fastest documented configuration, not its defaults (docs/api/workers.md and
 // docs/api/constructor.md of the pinned major; the options' doc comments in dist/types.d.ts):

@@ -20,7 +20,7 @@
 # 0.2.0 could, by purge_runs and purge_firings (one statement each); then again by
 # `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 cd "$ROOT_DIR"
 : "${DATABASE_URL:?run through scripts/bench.sh scale}"
 firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})

@@ -9,7 +9,7 @@
 # scripts/bench.sh under `rendezvous cluster run` (PGHOST and PGPORT set); fresh keys throughout.
 #   ROUNDS (default 3) rounds of SECONDS_PER_CASE (default 5) per case.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 rounds=${ROUNDS:-3}
 seconds=${SECONDS_PER_CASE:-5}
 work=$(mktemp -d)

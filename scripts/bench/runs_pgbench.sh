@@ -6,7 +6,7 @@
 # At 4, 16 and 64 clients (the runtime's 4 hosts × 1, 4 and 16 handlers), default durability,
 # SECONDS_PER_CASE (default 10) each, on a fresh table with more jobs than can run out.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 seconds=${SECONDS_PER_CASE:-10}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -10,7 +10,7 @@
 #   claim_firing + complete_firing (one transaction each), due_firings with 100 per-minute
 #   tasks, try_lead by the holder (the leader's refresh).
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 : "${DATABASE_URL:?run through scripts/bench.sh portable}"
 seconds=${SECONDS_PER_CASE:-10}
 work=$(mktemp -d)

@@ -8,7 +8,7 @@
 # executed twice, and the failover times (primary killed → read-write → a leader on the new
 # primary), medians over the trials.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 trials=${TRIALS:-3}
 duration=${DURATION:-30}
 rendezvous=${RENDEZVOUS_RELEASE:-${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/rendezvous}

