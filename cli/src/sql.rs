@@ -257,18 +257,8 @@ mod tests {
     /// fine.
     #[test]
     fn the_command_sends_no_sql_but_these() {
-        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
-        let mut files = Vec::new();
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    files.push(path);
-                }
-            }
-        }
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let files = rendezvous_client::sql::source_files(&src);
         assert!(files.iter().any(|p| p.ends_with("fleet/report.rs")), "the walk reaches module directories");
         for path in files {
             let name = path.file_name().unwrap().to_str().unwrap();

@@ -312,6 +312,25 @@ crate::sql_statements! {
         (TEXT, TIMESTAMPTZ, INT8, TEXT) -> ("recorded": BOOL, "retry_at": TIMESTAMPTZ);
 }
 
+/// Every `.rs` file under `src`, module directories included: what the client's and the
+/// command's tests read to keep SQL out of every file but their `sql.rs`.
+#[doc(hidden)]
+pub fn source_files(src: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs = vec![src.to_path_buf()];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("a source directory").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,19 +354,7 @@ mod tests {
     /// client would escape it. Doc comments (examples) and the tests' own SQL are fine.
     #[test]
     fn the_client_sends_no_sql_but_these() {
-        // Every source file, in src/ and its module directories.
-        let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
-        let mut files = Vec::new();
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if path.extension().is_some_and(|e| e == "rs") {
-                    files.push(path);
-                }
-            }
-        }
+        let files = super::source_files(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
         assert!(
             files.iter().any(|p| p.ends_with("worker/control.rs")),
             "the walk reaches module directories"
@@ -366,7 +373,7 @@ mod tests {
                         !line.starts_with("pub const")
                             || line.starts_with("pub const $name: &str")
                             || line.starts_with("pub const STATEMENTS"),
-                        "sql.rs:{}: declare statements inside statements! {{}}",
+                        "sql.rs:{}: declare statements inside sql_statements! {{}}",
                         n + 1
                     );
                     continue;

@@ -42,21 +42,25 @@ async fn mismatches(client: &tokio_postgres::Client, s: &sql::Statement) -> Vec<
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn every_statement_the_client_sends_describes_as_the_client_expects() {
-    let db = TestDb::new("contract").await;
-    let client = db.connect().await;
-    assert!(!sql::STATEMENTS.is_empty());
+/// Every statement of `statements` describes as declared; `who` names the sender in the failure.
+async fn assert_all_describe(client: &tokio_postgres::Client, statements: &[sql::Statement], who: &str) {
+    assert!(!statements.is_empty());
     let mut broken = Vec::new();
-    for s in sql::STATEMENTS {
-        broken.extend(mismatches(&client, s).await);
+    for s in statements {
+        broken.extend(mismatches(client, s).await);
     }
     assert!(
         broken.is_empty(),
-        "the extension and the client disagree on {} point(s):\n  {}",
+        "the extension and {who} disagree on {} point(s):\n  {}",
         broken.len(),
         broken.join("\n  ")
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_statement_the_client_sends_describes_as_the_client_expects() {
+    let db = TestDb::new("contract").await;
+    assert_all_describe(&db.connect().await, sql::STATEMENTS, "the client").await;
 }
 
 /// The same for the `rendezvous` command's statements (status, admin, check, the fleet), with
@@ -66,17 +70,7 @@ async fn every_statement_the_command_sends_describes_as_it_expects() {
     let db = TestDb::new("contract_cli").await;
     let client = db.connect().await;
     client.batch_execute(rendezvous_cli::sql::FLEET_SCHEMA).await.expect("the fleet's tables");
-    assert!(!rendezvous_cli::sql::STATEMENTS.is_empty());
-    let mut broken = Vec::new();
-    for s in rendezvous_cli::sql::STATEMENTS {
-        broken.extend(mismatches(&client, s).await);
-    }
-    assert!(
-        broken.is_empty(),
-        "the extension and the rendezvous command disagree on {} point(s):\n  {}",
-        broken.len(),
-        broken.join("\n  ")
-    );
+    assert_all_describe(&client, rendezvous_cli::sql::STATEMENTS, "the rendezvous command").await;
 }
 
 /// The check above fails on a changed parameter type, result column name or type, or a
