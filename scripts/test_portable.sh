@@ -140,13 +140,11 @@ pg_tle_upgrade_check() {
     cluster_psql -d rendezvous_tle_upgraded -f "$dir/tle_catalog.sql" | sed "s/^extension $name $to /extension $name VERSION /" >"$dir/catalog.tle_upgraded" &&
     diff -u "$dir/catalog.tle_fresh" "$dir/catalog.tle_upgraded" >&2
   } || status=$?
-  for db in rendezvous_tle_upgraded rendezvous_tle_fresh; do
-    cluster_psql -d "$db" -U rendezvous_owner -c "DROP EXTENSION IF EXISTS $name CASCADE" >/dev/null 2>&1 || true
-  done
-  as_root rm -f "$extdir/$name.control" "$extdir/$name--$from.sql" "$extdir/$name--$from--$to.sql" "$extdir/$name--$to.sql"
+  # The databases go with their extension (its files are removed next).
   for db in rendezvous_tle_upgraded rendezvous_tle_fresh; do
     cluster_psql -d postgres -c "DROP DATABASE IF EXISTS $db" >/dev/null 2>&1 || true
   done
+  as_root rm -f "$extdir/$name.control" "$extdir/$name--$from.sql" "$extdir/$name--$from--$to.sql" "$extdir/$name--$to.sql"
   if [ "$status" != 0 ]; then
     echo "the pg_tle form's upgrade failed or left a catalog unlike a fresh install's (- fresh, + upgraded)" >&2
     exit 1

@@ -335,10 +335,8 @@ async fn run(
             _ = stop.changed() => break,
             _ = tick.tick() => {}
         }
-        let beat = session.call_once(|c| {
-            let host_id = host_id.clone();
-            async move { heartbeat(&*c, &host_id, options.weight).await }
-        });
+        let host = host_id.as_str();
+        let beat = session.call_once(|c| async move { heartbeat(&*c, host, options.weight).await });
         let outcome = tokio::select! {
             r = beat => r,
             _ = stop.changed() => break,
