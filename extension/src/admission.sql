@@ -29,7 +29,11 @@ CREATE TABLE rendezvous.runs (
     output         jsonb,
     last_error     text,
     CONSTRAINT runs_max_attempts_valid CHECK (max_attempts BETWEEN 1 AND 1000),
-    CONSTRAINT runs_retry_backoff_valid CHECK (retry_backoff >= interval '0' AND isfinite(retry_backoff))
+    CONSTRAINT runs_retry_backoff_valid CHECK (retry_backoff >= interval '0' AND isfinite(retry_backoff)),
+    -- Durable runs (0.4.0, steps.sql; added last by the upgrade too).
+    waiting_for    text,
+    progress       jsonb,
+    parent_run_id  bigint
 );
 COMMENT ON TABLE rendezvous.runs IS 'Admitted runs; (tenant_id, dispatch_key) is unique where dispatch_key is set.';
 COMMENT ON COLUMN rendezvous.runs.runnable_at IS
@@ -43,6 +47,12 @@ CREATE INDEX runs_finished ON rendezvous.runs (updated_at)
 -- What claim_runs reads: pending runs, oldest first; and running ones, for holders gone.
 CREATE INDEX runs_runnable ON rendezvous.runs (runnable_at, run_id) WHERE state = 'pending';
 CREATE INDEX runs_running ON rendezvous.runs (lease_until) WHERE state = 'running';
+-- A run's children (spawn_child), for await_children and cancel_run.
+CREATE INDEX runs_parent ON rendezvous.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+COMMENT ON COLUMN rendezvous.runs.waiting_for IS
+    'What a parked run waits for (sleep, signal:<name>, children) until runnable_at; NULL otherwise.';
+COMMENT ON COLUMN rendezvous.runs.progress IS 'What the holder last said it is doing (set_run_progress).';
+COMMENT ON COLUMN rendezvous.runs.parent_run_id IS 'The run that admitted this one as its child (spawn_child).';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs_run_id_seq', '');
 

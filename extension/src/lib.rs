@@ -27,6 +27,7 @@ mod retention;
 mod runs;
 mod schedule;
 mod status;
+mod steps;
 
 ::pgrx::pg_module_magic!(name, version);
 

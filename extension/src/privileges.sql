@@ -209,3 +209,32 @@ GRANT SELECT ON rendezvous.status_run_queue TO rendezvous_observer;
 ALTER FUNCTION rendezvous.release_host_claims(text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.release_host_claims(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.release_host_claims(text) TO rendezvous_host;
+
+-- Durable runs (0.4.0): holders checkpoint steps, park and admit children; hosts signal runs
+-- and read steps and children; observers read them too.
+ALTER FUNCTION rendezvous.record_step(bigint, bigint, text, jsonb) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.run_steps(bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.sleep_run(bigint, bigint, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.signal_run(bigint, text, jsonb) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.await_signal(bigint, bigint, text, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.spawn_child(bigint, bigint, text, text, jsonb, integer, interval) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.run_children(bigint) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.await_children(bigint, bigint, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.set_run_progress(bigint, bigint, jsonb) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous._hold_run(bigint, bigint), rendezvous._park_run(bigint, timestamptz, text),
+    rendezvous._wake_parents(bigint[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION
+    rendezvous.record_step(bigint, bigint, text, jsonb), rendezvous.run_steps(bigint),
+    rendezvous.sleep_run(bigint, bigint, timestamptz), rendezvous.signal_run(bigint, text, jsonb),
+    rendezvous.await_signal(bigint, bigint, text, timestamptz),
+    rendezvous.spawn_child(bigint, bigint, text, text, jsonb, integer, interval), rendezvous.run_children(bigint),
+    rendezvous.await_children(bigint, bigint, timestamptz), rendezvous.set_run_progress(bigint, bigint, jsonb)
+    FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rendezvous.record_step(bigint, bigint, text, jsonb), rendezvous.run_steps(bigint),
+    rendezvous.sleep_run(bigint, bigint, timestamptz), rendezvous.signal_run(bigint, text, jsonb),
+    rendezvous.await_signal(bigint, bigint, text, timestamptz),
+    rendezvous.spawn_child(bigint, bigint, text, text, jsonb, integer, interval), rendezvous.run_children(bigint),
+    rendezvous.await_children(bigint, bigint, timestamptz), rendezvous.set_run_progress(bigint, bigint, jsonb)
+    TO rendezvous_host;
+GRANT EXECUTE ON FUNCTION rendezvous.run_steps(bigint), rendezvous.run_children(bigint) TO rendezvous_observer;

@@ -27,6 +27,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     runnable integer;
+    parents bigint[];
 BEGIN
     WITH gone AS (
         SELECT r.run_id FROM rendezvous.runs r
@@ -41,11 +42,16 @@ BEGIN
                holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL,
                runnable_at = now_, updated_at = now_
           FROM gone WHERE r.run_id = gone.run_id
-        RETURNING r.state
+        RETURNING r.state, r.parent_run_id
     )
-    SELECT (count(*) FILTER (WHERE m.state = 'pending'))::integer INTO runnable FROM moved m;
+    SELECT (count(*) FILTER (WHERE m.state = 'pending'))::integer,
+           array_agg(DISTINCT m.parent_run_id) FILTER (WHERE m.state = 'failed' AND m.parent_run_id IS NOT NULL)
+      INTO runnable, parents FROM moved m;
     IF runnable > 0 THEN
         PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+    END IF;
+    IF parents IS NOT NULL THEN
+        PERFORM rendezvous._wake_parents(parents);
     END IF;
     RETURN runnable;
 END
@@ -118,7 +124,8 @@ BEGIN
             UPDATE rendezvous.runs r
                SET state = 'running', holder = claim_runs.host_id, token = greatest(r.token + 1, floor_),
                    attempts = r.attempts + 1, lease_until = now_ + claim_runs.lease,
-                   holder_pid = pg_catalog.pg_backend_pid(), holder_started = started, updated_at = now_
+                   holder_pid = pg_catalog.pg_backend_pid(), holder_started = started, updated_at = now_,
+                   waiting_for = NULL
              WHERE r.run_id = ANY (picked)
             RETURNING r.run_id, r.token, r.tenant_id, r.workflow_ref, r.input, r.attempts
         )
@@ -183,6 +190,7 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     done bigint[];
+    parents bigint[];
 BEGIN
     IF complete_runs.run_ids IS NULL OR complete_runs.tokens IS NULL THEN
         RAISE EXCEPTION 'run_ids and tokens must not be NULL' USING ERRCODE = '22004';
@@ -201,11 +209,15 @@ BEGIN
                       coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
                AS u(run_id, token, output)
          WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'running'
-        RETURNING r.run_id
+        RETURNING r.run_id, r.parent_run_id
     )
-    SELECT coalesce(array_agg(f.run_id), '{}') INTO done FROM finished f;
+    SELECT coalesce(array_agg(f.run_id), '{}'), array_agg(DISTINCT f.parent_run_id) FILTER (WHERE f.parent_run_id IS NOT NULL)
+      INTO done, parents FROM finished f;
     IF cardinality(done) > 0 THEN
         PERFORM rendezvous._durable_commit();
+    END IF;
+    IF parents IS NOT NULL THEN
+        PERFORM rendezvous._wake_parents(parents);
     END IF;
     RETURN QUERY
         SELECT u.ord::integer,
@@ -245,6 +257,7 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     left_in text;
+    parent bigint;
 BEGIN
     PERFORM rendezvous._check_run_token(fail_run.run_id, fail_run.token);
     UPDATE rendezvous.runs r
@@ -253,11 +266,13 @@ BEGIN
            last_error = left(coalesce(fail_run.error, 'failed'), 2000),
            holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
      WHERE r.run_id = fail_run.run_id AND r.token = fail_run.token AND r.state = 'running'
-    RETURNING r.state INTO left_in;
+    RETURNING r.state, r.parent_run_id INTO left_in, parent;
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
         IF left_in = 'pending' THEN
             PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        ELSIF parent IS NOT NULL THEN
+            PERFORM rendezvous._wake_parents(ARRAY[parent]);
         END IF;
     END IF;
     RETURN left_in;
@@ -292,6 +307,45 @@ $$;
 COMMENT ON FUNCTION rendezvous.release_run(bigint, bigint) IS
     'Gives a running run back unfinished (its attempt not counted), so another host claims it at once; false for a stale token.';
 
+-- The RZ001 a stale token gets, given the run's state and token as read (a NULL state: no
+-- such run). One home
+-- for the messages of assert_run and of every fenced call of a holder.
+CREATE FUNCTION rendezvous._refuse_stale_run(run_id bigint, token bigint, state text, current_token bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF state IS NULL THEN
+        RAISE EXCEPTION 'run % does not exist', run_id USING ERRCODE = 'RZ001';
+    ELSIF current_token <> token THEN
+        RAISE EXCEPTION 'token % of run % is stale (the current token is %)', token, run_id, current_token
+            USING ERRCODE = 'RZ001', HINT = 'Another host took this run over: stop working on it.';
+    ELSIF state <> 'running' THEN
+        RAISE EXCEPTION 'run % is % (token % no longer holds it)', run_id, state, token USING ERRCODE = 'RZ001';
+    END IF;
+END
+$$;
+
+-- The holder's lock on its run: the row, locked FOR NO KEY UPDATE (checkpoints of one run are
+-- made one at a time, and a takeover, cancel or signal waits for this transaction), or RZ001.
+CREATE FUNCTION rendezvous._hold_run(run_id bigint, token bigint) RETURNS rendezvous.runs
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r rendezvous.runs%ROWTYPE;
+BEGIN
+    PERFORM rendezvous._check_run_token(_hold_run.run_id, _hold_run.token);
+    SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = _hold_run.run_id FOR NO KEY UPDATE;
+    IF NOT FOUND OR r.token <> _hold_run.token OR r.state <> 'running' THEN
+        PERFORM rendezvous._refuse_stale_run(_hold_run.run_id, _hold_run.token, r.state, r.token);
+    END IF;
+    RETURN r;
+END
+$$;
+
 -- Fencing inside the caller's transaction, like assert_firing: raises RZ001 unless token is
 -- the run's current, running claim. FOR SHARE: a takeover, completion or cancel waits for this
 -- transaction, so a write fenced here commits before another claim exists, or fails.
@@ -305,41 +359,65 @@ DECLARE
 BEGIN
     PERFORM rendezvous._check_run_token(assert_run.run_id, assert_run.token);
     SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = assert_run.run_id FOR SHARE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'run % does not exist', assert_run.run_id USING ERRCODE = 'RZ001';
-    ELSIF r.token <> assert_run.token THEN
-        RAISE EXCEPTION 'token % of run % is stale (the current token is %)', assert_run.token, assert_run.run_id, r.token
-            USING ERRCODE = 'RZ001', HINT = 'Another host took this run over: stop working on it.';
-    ELSIF r.state <> 'running' THEN
-        RAISE EXCEPTION 'run % is % (token % no longer holds it)', assert_run.run_id, r.state, assert_run.token
-            USING ERRCODE = 'RZ001';
+    IF NOT FOUND OR r.token <> assert_run.token OR r.state <> 'running' THEN
+        PERFORM rendezvous._refuse_stale_run(assert_run.run_id, assert_run.token, r.state, r.token);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.assert_run(bigint, bigint) IS
     'Fencing: raises RZ001 unless token is the run''s current claim and the run is running. Call it in the same transaction as the run''s writes.';
 
--- An admin's cancel: a pending or running run is cancelled and never runs again (a running
--- holder's completion and fenced writes are refused from now on). False when the run does not
--- exist or already finished.
+-- An admin's cancel: a pending or running run and its children's runs, transitively, are
+-- cancelled and never run again (a running holder's completion and fenced writes are refused
+-- from now on). Each holder of one that was running is told on channel rendezvous_cancel (the
+-- payload is the run id), so its work stops at once; a parent parked on its children may
+-- resume. False when the run does not exist or already finished.
 CREATE FUNCTION rendezvous.cancel_run(run_id bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    now_ timestamptz := pg_catalog.clock_timestamp();
+    cancelled_root boolean;
+    parent bigint;
+    told bigint[];
+    holder_told bigint;
 BEGIN
     IF cancel_run.run_id IS NULL THEN
         RAISE EXCEPTION 'run_id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    UPDATE rendezvous.runs r
-       SET state = 'cancelled', holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL,
-           updated_at = pg_catalog.clock_timestamp()
-     WHERE r.run_id = cancel_run.run_id AND r.state IN ('pending', 'running');
-    RETURN FOUND;
+    -- Parents before children (ids grow from parent to child), all at once.
+    WITH RECURSIVE tree AS (
+        SELECT r.run_id FROM rendezvous.runs r WHERE r.run_id = cancel_run.run_id
+        UNION
+        SELECT c.run_id FROM rendezvous.runs c JOIN tree t ON c.parent_run_id = t.run_id
+    ), locked AS (
+        SELECT r.run_id, r.state FROM rendezvous.runs r
+         WHERE r.run_id IN (SELECT t.run_id FROM tree t) AND r.state IN ('pending', 'running')
+         ORDER BY r.run_id FOR NO KEY UPDATE
+    ), cancelled AS (
+        UPDATE rendezvous.runs r
+           SET state = 'cancelled', holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL,
+               waiting_for = NULL, updated_at = now_
+          FROM locked l WHERE r.run_id = l.run_id
+        RETURNING r.run_id, l.state AS was, r.parent_run_id
+    )
+    SELECT coalesce(array_agg(c.run_id ORDER BY c.run_id) FILTER (WHERE c.was = 'running'), '{}'),
+           coalesce(bool_or(c.run_id = cancel_run.run_id), false),
+           max(c.parent_run_id) FILTER (WHERE c.run_id = cancel_run.run_id)
+      INTO told, cancelled_root, parent FROM cancelled c;
+    FOREACH holder_told IN ARRAY told LOOP
+        PERFORM pg_catalog.pg_notify('rendezvous_cancel', holder_told::text);
+    END LOOP;
+    IF parent IS NOT NULL THEN
+        PERFORM rendezvous._wake_parents(ARRAY[parent]);
+    END IF;
+    RETURN cancelled_root;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.cancel_run(bigint) IS
-    'Cancels a pending or running run (it never runs again; a holder''s token completes and fences nothing); false when it does not exist or already finished.';
+    'Cancels a pending or running run and its children (they never run again; a holder''s token completes and fences nothing, and the holder is told on channel rendezvous_cancel); false when it does not exist or already finished.';
 
 -- A host starting under host_id ends what an earlier process under that id still holds (a
 -- process hung or cut off, whose session lives on): its firings' claims end now, its runs go

@@ -5,5 +5,5 @@ use pgrx::prelude::*;
 extension_sql_file!(
     "status.sql",
     name = "status",
-    requires = ["membership", "admission", "runs", "leader_tables", "firing", "schedule"]
+    requires = ["membership", "admission", "runs", "steps", "leader_tables", "firing", "schedule"]
 );

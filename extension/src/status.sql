@@ -66,10 +66,13 @@ COMMENT ON VIEW rendezvous.status_tasks IS
 
 CREATE VIEW rendezvous.status_runs AS
     SELECT r.run_id, r.tenant_id, r.workflow_ref, r.dispatch_key, r.state, r.created_at, r.updated_at,
-           r.holder, r.attempts, r.max_attempts, r.runnable_at, r.lease_until, r.last_error
+           r.holder, r.attempts, r.max_attempts, r.runnable_at, r.lease_until, r.last_error,
+           r.waiting_for, r.progress, r.parent_run_id,
+           (SELECT count(*) FROM rendezvous.steps s WHERE s.run_id = r.run_id)::integer AS steps,
+           (SELECT s.step FROM rendezvous.steps s WHERE s.run_id = r.run_id ORDER BY s.position DESC LIMIT 1) AS last_step
       FROM rendezvous.runs r;
 COMMENT ON VIEW rendezvous.status_runs IS
-    'Admitted runs, without their input or output: state, holder and lease while running, attempts made and allowed, when a pending run is runnable, the last error.';
+    'Admitted runs, without their input or output: state, holder and lease while running, attempts made and allowed, when a pending run is runnable, the last error; what a parked run waits for, the holder''s progress, the parent run, steps recorded and the last one.';
 
 -- The run queue per workflow: pending (and how many are runnable now), running, and the age of
 -- the oldest runnable run. Reads only unfinished runs (partial indexes), whatever the history.

@@ -13,7 +13,7 @@ SELECT regress.err($$SELECT rendezvous.prune(100001)$$);
 -- History: 5 firings completed two days ago, 1 completed now, 2 unfinished from two days ago,
 -- 1 failed for good two days ago; 4 runs finished two days ago, 1 now, 1 pending from then;
 -- 3 hosts silent for two days, 1 live.
-TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.hosts;
+TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;
 INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
 SELECT 'old-' || i, 'ret', now() - interval '2 days' + i * interval '1 s', 1, now() - interval '2 days', now() - interval '2 days' + i * interval '1 s'
   FROM generate_series(1, 5) i;
@@ -103,4 +103,4 @@ EXPLAIN (COSTS OFF) SELECT lease_until FROM rendezvous.firings WHERE completed_a
 RESET enable_seqscan;
 -- One clock per statement in the status views: a firing's state cannot change mid-statement.
 SELECT pg_catalog.pg_get_viewdef('rendezvous.status_firings'::regclass) LIKE '%clock_timestamp%' AS volatile_clock;
-TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.hosts;
+TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;

@@ -3,3 +3,42 @@
 -- comment and grant of 0.4.0 again from extension/src/ (sql/README.md). Here go table, type
 -- and index changes, data migrations, and DROPs of what CREATE OR REPLACE cannot change (a
 -- new return type or parameter name, a view losing a column, an object that goes away).
+
+-- Durable runs (steps.sql): what a parked run waits for, the holder's progress and a child's
+-- parent, last, as admission.sql declares them; the steps and signals tables; the wait type.
+ALTER TABLE rendezvous.runs
+    ADD COLUMN waiting_for   text,
+    ADD COLUMN progress      jsonb,
+    ADD COLUMN parent_run_id bigint;
+CREATE INDEX runs_parent ON rendezvous.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+COMMENT ON COLUMN rendezvous.runs.waiting_for IS
+    'What a parked run waits for (sleep, signal:<name>, children) until runnable_at; NULL otherwise.';
+COMMENT ON COLUMN rendezvous.runs.progress IS 'What the holder last said it is doing (set_run_progress).';
+COMMENT ON COLUMN rendezvous.runs.parent_run_id IS 'The run that admitted this one as its child (spawn_child).';
+CREATE TABLE rendezvous.steps (
+    run_id      bigint NOT NULL REFERENCES rendezvous.runs ON DELETE CASCADE,
+    position    integer NOT NULL,
+    step        text NOT NULL,
+    output      jsonb,
+    attempt     integer NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (run_id, position),
+    CONSTRAINT steps_step_unique UNIQUE (run_id, step),
+    CONSTRAINT steps_step_valid CHECK (step <> '' AND octet_length(step) <= 512)
+);
+COMMENT ON TABLE rendezvous.steps IS
+    'Finished steps of runs (record_step), in the order recorded; the first record of a step wins.';
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.steps', '');
+CREATE TABLE rendezvous.signals (
+    run_id  bigint NOT NULL REFERENCES rendezvous.runs ON DELETE CASCADE,
+    name    text NOT NULL,
+    payload jsonb,
+    sent_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    PRIMARY KEY (run_id, name),
+    CONSTRAINT signals_name_valid CHECK (name <> '' AND octet_length(name) <= 512)
+);
+COMMENT ON TABLE rendezvous.signals IS 'Signals sent to runs (signal_run); the first of a name counts.';
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.signals', '');
+CREATE TYPE rendezvous.run_wait AS (outcome text, payload jsonb);
+COMMENT ON TYPE rendezvous.run_wait IS
+    'outcome: received (a signal: its payload), finished (every child ended), timed_out (until passed first) or parked (the run gave its slot back: stop working on it).';
