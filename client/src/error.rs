@@ -60,6 +60,44 @@ pub enum Error {
     /// timeout, or it was closed.
     #[error("no pooled connection: {0}")]
     PoolUnavailable(String),
+    /// A durable run's replay asked for another step than the one recorded at that position:
+    /// the handler did not ask for the same steps in the same order (docs/agents.md). The
+    /// attempt fails; the recorded steps stay.
+    #[error("non-deterministic workflow: run {run_id} recorded step {position} as {recorded:?}, but this attempt asked for {requested:?} there; a durable handler must ask for the same steps in the same order on every attempt (docs/agents.md)")]
+    NonDeterministic {
+        /// The run.
+        run_id: i64,
+        /// The step's position (1 for the first).
+        position: usize,
+        /// The step recorded there.
+        recorded: String,
+        /// The step this attempt asked for.
+        requested: String,
+    },
+    /// The run gave its slot back until something happens ([`Job::sleep`](crate::Job::sleep),
+    /// [`Job::wait_for_signal`](crate::Job::wait_for_signal),
+    /// [`Job::join_children`](crate::Job::join_children)): return it from the handler (with
+    /// `?`). The run resumes, on any host, when that comes; no attempt is counted.
+    #[error("run {run_id} is parked, waiting for {waiting_for}: return from the handler; the run resumes, on any host, when that comes")]
+    Parked {
+        /// The run.
+        run_id: i64,
+        /// What it waits for: `sleep`, `signal:<name>` or `children`.
+        waiting_for: String,
+    },
+    /// The run was cancelled (`cancel_run`): its work stops; nothing it records is kept.
+    #[error("run {0} was cancelled")]
+    Cancelled(i64),
+    /// A durable step's own work failed (the step is not recorded; the attempt fails with it
+    /// unless the handler handles it).
+    #[error("step {step:?} failed: {source}")]
+    StepFailed {
+        /// The step.
+        step: String,
+        /// What its work returned.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Could not connect.
     #[error("cannot connect to the database: {}", describe(.0))]
     Connect(#[source] tokio_postgres::Error),
@@ -178,6 +216,10 @@ mod tests {
             Error::NotReplicated(_) => "NotReplicated",
             Error::TaskFailed(_) => "TaskFailed",
             Error::PoolUnavailable(_) => "PoolUnavailable",
+            Error::NonDeterministic { .. } => "NonDeterministic",
+            Error::Parked { .. } => "Parked",
+            Error::Cancelled(_) => "Cancelled",
+            Error::StepFailed { .. } => "StepFailed",
             Error::Connect(_) => "Connect",
             Error::Db(_) => "Db",
         }
@@ -195,6 +237,10 @@ mod tests {
         "NotReplicated",
         "TaskFailed",
         "PoolUnavailable",
+        "NonDeterministic",
+        "Parked",
+        "Cancelled",
+        "StepFailed",
         "Connect",
         "Db",
     ];
@@ -206,7 +252,7 @@ mod tests {
         {
             assert!(VARIANTS.contains(&variant_name(&e)));
         }
-        assert_eq!(VARIANTS.len(), 13, "name a new variant in variant_name and VARIANTS");
+        assert_eq!(VARIANTS.len(), 17, "name a new variant in variant_name and VARIANTS");
     }
 
     /// docs/client.md's error table names each variant once, in the enum's order, and nothing else.

@@ -80,6 +80,7 @@ pub mod runs;
 pub mod schedule;
 mod session;
 pub mod signals;
+pub mod steps;
 pub mod task;
 pub mod worker;
 // The SQL text the client sends is an implementation detail, not API: hidden from the docs

@@ -203,6 +203,46 @@ crate::sql_statements! {
     /// Wake-ups when a run becomes runnable (spawn, retry, a holder gone, a release).
     LISTEN_RUNS = "LISTEN rendezvous_runs"
         () -> ();
+    /// Cancellations of running runs (cancel_run): the payload is the run id.
+    LISTEN_CANCEL = "LISTEN rendezvous_cancel"
+        () -> ();
+
+    /// Durable runs (steps.rs). A checkpoint: `$1` run id, `$2` token, `$3` step, `$4` output.
+    RECORD_STEP = "SELECT rendezvous.record_step($1::int8, $2::int8, $3::text, $4::jsonb), pg_catalog.pg_backend_pid()"
+        (INT8, INT8, TEXT, JSONB) -> ("record_step": BOOL, "pg_backend_pid": INT4);
+    /// `$1` run id: its recorded steps, in order.
+    RUN_STEPS = "SELECT step, output, attempt, recorded_at FROM rendezvous.run_steps($1::int8)"
+        (INT8) -> ("step": TEXT, "output": JSONB, "attempt": INT4, "recorded_at": TIMESTAMPTZ);
+    /// An instant `$1` seconds from now on the database clock, as a JSON string (what a
+    /// durable timer or wait records as its deadline).
+    DEADLINE = "SELECT pg_catalog.to_jsonb(pg_catalog.clock_timestamp() + pg_catalog.make_interval(secs => $1::float8))"
+        (FLOAT8) -> ("to_jsonb": JSONB);
+    /// `$1` run id, `$2` token, `$3` until (a recorded deadline).
+    SLEEP_RUN = "SELECT rendezvous.sleep_run($1::int8, $2::int8, ($3::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz)"
+        (INT8, INT8, JSONB) -> ("sleep_run": BOOL);
+    /// `$1` run id, `$2` signal name, `$3` payload.
+    SIGNAL_RUN = "SELECT rendezvous.signal_run($1::int8, $2::text, $3::jsonb)"
+        (INT8, TEXT, JSONB) -> ("signal_run": BOOL);
+    /// `$1` run id, `$2` token, `$3` signal name, `$4` until (a recorded deadline).
+    AWAIT_SIGNAL = "SELECT outcome, payload FROM rendezvous.await_signal($1::int8, $2::int8, $3::text,
+                                                  ($4::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz)"
+        (INT8, INT8, TEXT, JSONB) -> ("outcome": TEXT, "payload": JSONB);
+    /// `$1` parent run id, `$2` token, `$3` child key, `$4` workflow_ref, `$5` input,
+    /// `$6` max attempts, `$7` backoff in seconds.
+    SPAWN_CHILD = "SELECT run_id, created, same_request
+       FROM rendezvous.spawn_child($1::int8, $2::int8, $3::text, $4::text, $5::jsonb, $6::int4,
+                                   pg_catalog.make_interval(secs => $7::float8))"
+        (INT8, INT8, TEXT, TEXT, JSONB, INT4, FLOAT8) -> ("run_id": INT8, "created": BOOL, "same_request": BOOL);
+    /// `$1` run id, `$2` token, `$3` until (a recorded deadline).
+    AWAIT_CHILDREN = "SELECT outcome FROM rendezvous.await_children($1::int8, $2::int8,
+                                                  ($3::jsonb OPERATOR(pg_catalog.#>>) '{}')::timestamptz)"
+        (INT8, INT8, JSONB) -> ("outcome": TEXT);
+    /// `$1` run id: its children.
+    RUN_CHILDREN = "SELECT child_key, child_run_id, state, output, last_error FROM rendezvous.run_children($1::int8)"
+        (INT8) -> ("child_key": TEXT, "child_run_id": INT8, "state": TEXT, "output": JSONB, "last_error": TEXT);
+    /// `$1` run id, `$2` token, `$3` progress.
+    SET_RUN_PROGRESS = "SELECT rendezvous.set_run_progress($1::int8, $2::int8, $3::jsonb)"
+        (INT8, INT8, JSONB) -> ("set_run_progress": BOOL);
     /// Wake-ups when a burst of firings was made (due_firings made some): the hosts waiting
     /// for them look at once instead of at their next tick.
     LISTEN_FIRINGS = "LISTEN rendezvous_firings"

@@ -14,4 +14,5 @@ mod roles;
 mod runs;
 mod schedule;
 mod signals;
+mod steps;
 mod sweep;

@@ -166,6 +166,7 @@ impl WorkerBuilder {
             firings_waiting: AtomicBool::new(false),
             queued: Mutex::new(std::collections::VecDeque::new()),
             retention_owner: AtomicBool::new(false),
+            cancels: Mutex::new(HashMap::new()),
         });
         let limit = shared.options.call_timeout;
         let control = tokio::time::timeout(limit, control::open_control(&shared))

@@ -50,6 +50,7 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
     }
     if !shared.workflows.is_empty() {
         client.batch_execute(sql::LISTEN_RUNS).await?;
+        client.batch_execute(sql::LISTEN_CANCEL).await?;
     }
     if !shared.handlers.is_empty() {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
@@ -116,10 +117,16 @@ pub(super) async fn run(
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep_until(next_look.into()) => break,
-                        Some(_) = wakeups.recv() => {
+                        Some(n) = wakeups.recv() => {
+                            // A run running here was cancelled: its job is told at once.
+                            if cancelled(&shared, &n) {
+                                continue;
+                            }
                             // Runs became runnable, or another host made a burst of firings:
                             // look now, once for all announced meanwhile.
-                            while wakeups.try_recv().is_ok() {}
+                            while let Ok(n) = wakeups.try_recv() {
+                                cancelled(&shared, &n);
+                            }
                             break;
                         }
                         _ = shared.finished.notified() => {
@@ -155,6 +162,20 @@ pub(super) async fn run(
     }
     jobs.retain(|j| !j.is_finished());
     jobs
+}
+
+/// Whether `n` announced a cancelled run (channel rendezvous_cancel, the run id as payload);
+/// if the run runs here, its job is told.
+fn cancelled(shared: &Shared, n: &tokio_postgres::Notification) -> bool {
+    if n.channel() != "rendezvous_cancel" {
+        return false;
+    }
+    if let Ok(run_id) = n.payload().parse::<i64>() {
+        if let Some(cancel) = shared.cancels.lock().expect("cancels lock").get(&run_id) {
+            cancel.send_replace(true);
+        }
+    }
+    true
 }
 
 /// A new control connection within the call timeout (registering tasks and heartbeating are

@@ -119,6 +119,16 @@ async fn run_job(
     };
     let Some(handler) = handler.cloned() else { return };
     let completed = Arc::new(AtomicBool::new(false));
+    let parked = Arc::new(AtomicBool::new(false));
+    // A run's cancellation switch, thrown by the control loop when rendezvous_cancel names it.
+    let (cancel, told) = tokio::sync::watch::channel(false);
+    let run_id = match &work {
+        Work::Run(r) => Some(r.run_id),
+        Work::Firing(_) => None,
+    };
+    if let Some(id) = run_id {
+        shared.cancels.lock().expect("cancels lock").insert(id, cancel);
+    }
     let job = Job {
         work: work.clone(),
         key: key.clone(),
@@ -128,8 +138,19 @@ async fn run_job(
         client: tokio::sync::OnceCell::new(),
         shared: shared.clone(),
         completed: completed.clone(),
+        parked: parked.clone(),
+        cancel: told.clone(),
+        replay: tokio::sync::Mutex::new(None),
     };
     let handled = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
+    // Cancelled: the handler is told (Job::cancelled) and has cancel_grace to return.
+    let mut watch = told.clone();
+    let cut_off = async {
+        if watch.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(shared.options.cancel_grace).await;
+    };
     // Renewals run beside the handler on the side connection, never in its way.
     let renewals = async {
         let every = (lease / 3).max(Duration::from_millis(10));
@@ -142,11 +163,33 @@ async fn run_job(
             }
         }
     };
-    tokio::pin!(handled, renewals);
+    tokio::pin!(handled, renewals, cut_off);
     let outcome = tokio::select! {
-        r = &mut handled => r,
+        r = &mut handled => Some(r),
         _ = &mut renewals => unreachable!("renewals loop until the work ends"),
+        _ = &mut cut_off => None,
     };
+    if let Some(id) = run_id {
+        shared.cancels.lock().expect("cancels lock").remove(&id);
+    }
+    let Some(outcome) = outcome else {
+        Counters::add(&shared.counters.cancelled);
+        tracing::warn!(grace = ?shared.options.cancel_grace, "the cancelled run's handler did not return in time: dropped");
+        free_slot();
+        return;
+    };
+    if *told.borrow() {
+        Counters::add(&shared.counters.cancelled);
+        tracing::info!("the run was cancelled while its handler ran");
+        free_slot();
+        return;
+    }
+    if parked.load(Ordering::SeqCst) {
+        // A timer or a wait gave the slot back: the run resumes when it comes, on any host.
+        Counters::add(&shared.counters.parked);
+        free_slot();
+        return;
+    }
     match outcome {
         Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, &work, token),
         Ok(Ok(())) => {

@@ -60,6 +60,13 @@ pub struct Job {
     pub(super) client: tokio::sync::OnceCell<PooledClient>,
     pub(super) shared: Arc<Shared>,
     pub(super) completed: Arc<AtomicBool>,
+    /// Set when the run gave its slot back (a timer, a wait): the handler's return is not the
+    /// end of the run.
+    pub(super) parked: Arc<AtomicBool>,
+    /// True once the run is cancelled.
+    pub(super) cancel: tokio::sync::watch::Receiver<bool>,
+    /// A durable run's recorded steps, read on the first step (steps.rs).
+    pub(super) replay: tokio::sync::Mutex<Option<super::steps::Replay>>,
 }
 
 impl std::fmt::Debug for Job {
@@ -105,7 +112,9 @@ impl Job {
         &self.host_id
     }
 
-    /// A key for external calls that must not repeat within this claim: `<key>#<token>`.
+    /// A key for external calls that must not repeat within this claim: `<key>#<token>`. It
+    /// changes with every attempt and takeover; for a key that stays the same across them, make
+    /// the call in a durable step and use its [`step_key`](Self::step_key).
     pub fn idempotency_key(&self) -> String {
         format!("{}#{}", self.key, self.token)
     }

@@ -46,6 +46,7 @@ mod maintenance;
 mod options;
 mod run_source;
 mod stats;
+mod steps;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
@@ -98,6 +99,8 @@ struct Shared {
     queued: Mutex<VecDeque<Queued>>,
     /// This host ranks first for retention in its last view of the live set.
     retention_owner: AtomicBool,
+    /// The running runs' cancellation switches, by run id (told on channel rendezvous_cancel).
+    cancels: Mutex<HashMap<i64, tokio::sync::watch::Sender<bool>>>,
 }
 
 /// Claimed work waiting in the local queue for a free slot.

@@ -80,6 +80,9 @@ pub struct WorkerOptions {
     /// pauses). Only the host ranking first for it among the live hosts runs it, on a
     /// connection of its own. `None`: this host never does. Default 60 s.
     pub retention: Option<Duration>,
+    /// How long a cancelled run's handler may take to return once it is told
+    /// ([`Job::cancelled`](crate::Job::cancelled)) before the worker drops it. Default 1 s.
+    pub cancel_grace: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -97,6 +100,7 @@ impl Default for WorkerOptions {
             call_timeout: Duration::from_secs(10),
             prefetch: 0,
             retention: Some(Duration::from_secs(60)),
+            cancel_grace: Duration::from_secs(1),
         }
     }
 }
@@ -176,6 +180,13 @@ impl WorkerOptions {
     #[must_use]
     pub fn with_run_lease(mut self, run_lease: Duration) -> Self {
         self.run_lease = run_lease;
+        self
+    }
+
+    /// Sets [`cancel_grace`](Self::cancel_grace).
+    #[must_use]
+    pub fn with_cancel_grace(mut self, cancel_grace: Duration) -> Self {
+        self.cancel_grace = cancel_grace;
         self
     }
 

@@ -24,6 +24,11 @@ pub struct WorkerStats {
     /// Looks at the database and connection attempts given up at the call timeout (a primary
     /// that cannot commit, a dead network path); each drops the connection.
     pub timeouts: u64,
+    /// Runs parked by their handler (a durable timer, a wait for a signal or children): their
+    /// slot given back until it comes.
+    pub parked: u64,
+    /// Runs cancelled while their handler ran here.
+    pub cancelled: u64,
 }
 
 #[derive(Default)]
@@ -37,6 +42,8 @@ pub(super) struct Counters {
     pub(super) released: AtomicU64,
     pub(super) reconnects: AtomicU64,
     pub(super) timeouts: AtomicU64,
+    pub(super) parked: AtomicU64,
+    pub(super) cancelled: AtomicU64,
 }
 
 impl Counters {
@@ -56,6 +63,8 @@ impl Counters {
             released: g(&self.released),
             reconnects: g(&self.reconnects),
             timeouts: g(&self.timeouts),
+            parked: g(&self.parked),
+            cancelled: g(&self.cancelled),
         }
     }
 }
