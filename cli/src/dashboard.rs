@@ -318,15 +318,21 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             q["oldest_runnable_seconds"].as_f64().map(|x| format!("{x:.1} s")).unwrap_or_default()
         );
     }
-    o.push_str("</table><h2>Recent runs</h2><table id=\"runs\"><tr><th>run</th><th>tenant</th><th>workflow</th><th>state</th></tr>");
+    o.push_str(
+        "</table><h2>Recent runs</h2><table id=\"runs\"><tr><th>run</th><th>tenant</th><th>workflow</th><th>state</th>\
+         <th>steps</th><th>last step</th><th>waiting for</th></tr>",
+    );
     for r in v["recent_runs"].as_array().into_iter().flatten() {
         let _ = write!(
             o,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             s(&r["run_id"]),
             s(&r["tenant"]),
             s(&r["workflow"]),
-            s(&r["state"])
+            s(&r["state"]),
+            s(&r["steps"]),
+            s(&r["last_step"]),
+            s(&r["waiting_for"])
         );
     }
     o.push_str("</table></div></div>");

@@ -54,8 +54,10 @@ rendezvous_client::sql_statements! {
            FROM rendezvous.replication_status()"
         () -> ("in_recovery": BOOL, "standbys": INT4, "synchronous": INT4, "synchronous_standby_names": TEXT, "synchronous_commit": TEXT, "warning": TEXT);
     /// `rendezvous status` (status.rs).
-    STATUS_RUNS = "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10"
-        () -> ("run_id": INT8, "tenant_id": TEXT, "workflow_ref": TEXT, "coalesce": TEXT, "state": TEXT);
+    STATUS_RUNS = "SELECT run_id, tenant_id, workflow_ref, coalesce(dispatch_key, ''), state, steps, last_step, waiting_for, progress
+           FROM rendezvous.status_runs ORDER BY run_id DESC LIMIT 10"
+        () -> ("run_id": INT8, "tenant_id": TEXT, "workflow_ref": TEXT, "coalesce": TEXT, "state": TEXT, "steps": INT4,
+               "last_step": TEXT, "waiting_for": TEXT, "progress": JSONB);
     /// `rendezvous status` (status.rs).
     STATUS_RUN_QUEUE = "SELECT workflow_ref, pending, runnable, running, extract(epoch FROM oldest_runnable_age)::float8
            FROM rendezvous.status_run_queue ORDER BY workflow_ref LIMIT 50"

@@ -85,7 +85,8 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     )
     .await?
     .iter()
-    .map(|r| json!({"run_id": r.get::<_, i64>(0), "tenant": r.get::<_, String>(1), "workflow": r.get::<_, String>(2), "dispatch_key": r.get::<_, String>(3), "state": r.get::<_, String>(4)}))
+    .map(|r| json!({"run_id": r.get::<_, i64>(0), "tenant": r.get::<_, String>(1), "workflow": r.get::<_, String>(2), "dispatch_key": r.get::<_, String>(3), "state": r.get::<_, String>(4),
+                    "steps": r.get::<_, i32>(5), "last_step": r.get::<_, Option<String>>(6), "waiting_for": r.get::<_, Option<String>>(7), "progress": r.get::<_, Option<Value>>(8)}))
     .collect();
     // The run queue per workflow (unfinished runs only: cheap at any history).
     let queue: Vec<Value> = rows(
@@ -382,9 +383,20 @@ fn render(v: &Value) -> String {
     }
     let _ = writeln!(out, "recent runs");
     for r in v["recent_runs"].as_array().into_iter().flatten() {
+        // A durable run's steps, the last one recorded, what it waits for and its progress.
+        let mut durable = String::new();
+        if let Some(n) = r["steps"].as_i64().filter(|n| *n > 0) {
+            durable.push_str(&format!(" steps {n} (last {})", r["last_step"].as_str().unwrap_or("")));
+        }
+        if let Some(w) = r["waiting_for"].as_str() {
+            durable.push_str(&format!(" waiting for {w}"));
+        }
+        if !r["progress"].is_null() {
+            durable.push_str(&format!(" progress {}", r["progress"]));
+        }
         let _ = writeln!(
             out,
-            "  run {} {} {} key {} {}",
+            "  run {} {} {} key {} {}{durable}",
             r["run_id"],
             r["tenant"].as_str().unwrap_or(""),
             r["workflow"].as_str().unwrap_or(""),
