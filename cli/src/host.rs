@@ -169,23 +169,64 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
     Ok(())
 }
 
-/// An admitted run's work (the workflow named after the firing's task): record the start, a
-/// short "agent loop", then the run's effect and its completion in one transaction. One run in
-/// nine fails its first attempt on purpose (retried with the run's backoff).
+/// An admitted run's work (the workflow named after the firing's task): an agent loop of five
+/// durable steps. `plan`; `inference` (a fake model call that costs 3 cents and 100 ms);
+/// `tool` (a call to a fake external service that deduplicates by the step's key); `save` (a
+/// database step: its write and its record commit together); `answer`; then the run's effect
+/// and its completion in one fenced transaction. Each step's work is logged when it runs, so
+/// the report counts what ran twice. A retry or a takeover replays the recorded steps without
+/// running them. One run in nine fails its first attempt on purpose, after its inference
+/// (retried with the run's backoff: the inference is not paid again).
 async fn run_work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
     let run_id = job.run().expect("a workflow's handler runs runs").run_id;
     let (token, host) = (job.token(), job.host_id().to_owned());
     job.client().await?.execute(sql::FLEET_RUN_START, &[&&*tag, &run_id, &token, &host]).await?;
+    let plan: String = job
+        .step("plan", async { step_call(&job, &tag, "plan", 0).await.map(|()| "look it up".to_owned()) })
+        .await?;
+    let answer: String = job
+        .step("inference", async {
+            step_call(&job, &tag, "inference", 3).await?;
+            tokio::time::sleep(Duration::from_millis(100)).await; // the model thinking
+            Ok::<_, rendezvous_client::Error>(format!("{plan}: 42"))
+        })
+        .await?;
     if job.attempt() == 1 && run_id % 9 == 0 {
         return Err(rendezvous_client::Error::InvalidArgument(format!(
             "run {run_id}: a planned first-attempt failure"
         )));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await; // the run's "agent loop"
+    let key = job.step_key("tool");
+    job.step("tool", async {
+        step_call(&job, &tag, "tool", 0).await?;
+        job.client().await?.execute(sql::FLEET_EXTERNAL_REQUEST, &[&&*tag, &key, &run_id]).await?;
+        Ok::<_, rendezvous_client::Error>(())
+    })
+    .await?;
+    let (save_tag, save_host) = (tag.clone(), host.clone());
+    job.step_tx("save", async |tx| {
+        tx.execute(sql::FLEET_ANSWER, &[&&*save_tag, &run_id, &token, &save_host]).await
+    })
+    .await?;
+    let _: () = job.step("answer", step_call(&job, &tag, "answer", 0)).await?;
     let tx = job.transaction().await?;
     tx.execute(sql::FLEET_RUN_EFFECT, &[&&*tag, &run_id, &token, &host]).await?;
-    tx.complete_with(Some(serde_json::json!({ "host": host }))).await?;
+    tx.complete_with(Some(serde_json::json!({ "host": host, "answer": answer }))).await?;
     ledger.record(format_args!("run-completed {run_id} {token}"));
+    Ok(())
+}
+
+/// Logs one execution of an agent step's work (what a provider would bill).
+async fn step_call(
+    job: &Job,
+    tag: &str,
+    step: &str,
+    cost_cents: i32,
+) -> Result<(), rendezvous_client::Error> {
+    let run_id = job.run().expect("a workflow's handler runs runs").run_id;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&tag, &run_id, &step, &job.token(), &job.host_id(), &cost_cents];
+    job.client().await?.execute(sql::FLEET_STEP_CALL, &params).await?;
     Ok(())
 }
 

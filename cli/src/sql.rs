@@ -15,7 +15,10 @@ CREATE TABLE IF NOT EXISTS fleet_admissions (tag text, firing_key text, run_id b
 CREATE TABLE IF NOT EXISTS fleet_leader_actions (tag text, epoch bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS fleet_run_starts (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS fleet_run_effects (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());
-ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;";
+ALTER TABLE fleet_leader_actions ADD COLUMN IF NOT EXISTS action_id bigint;
+CREATE TABLE IF NOT EXISTS fleet_step_calls (tag text, run_id bigint, step text, token bigint, host_id text, cost_cents integer, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_external (tag text, idempotency_key text PRIMARY KEY, run_id bigint, at timestamptz DEFAULT clock_timestamp());
+CREATE TABLE IF NOT EXISTS fleet_answers (tag text, run_id bigint, token bigint, host_id text, at timestamptz DEFAULT clock_timestamp());";
 
 rendezvous_client::sql_statements! {
     /// `rendezvous status` (status.rs).
@@ -100,6 +103,16 @@ rendezvous_client::sql_statements! {
         (TEXT, INT8, INT8, TEXT) -> ();
     /// `rendezvous fleet` (host.rs).
     FLEET_RUN_EFFECT = "INSERT INTO fleet_run_effects (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)"
+        (TEXT, INT8, INT8, TEXT) -> ();
+    /// `rendezvous fleet` (host.rs): one execution of an agent step's work (what a provider bills).
+    FLEET_STEP_CALL = "INSERT INTO fleet_step_calls (tag, run_id, step, token, host_id, cost_cents) VALUES ($1, $2, $3, $4, $5, $6)"
+        (TEXT, INT8, TEXT, INT8, TEXT, INT4) -> ();
+    /// `rendezvous fleet` (host.rs): the fake external service, which deduplicates by key.
+    FLEET_EXTERNAL_REQUEST = "INSERT INTO fleet_external (tag, idempotency_key, run_id) VALUES ($1, $2, $3)
+           ON CONFLICT (idempotency_key) DO NOTHING"
+        (TEXT, TEXT, INT8) -> ();
+    /// `rendezvous fleet` (host.rs): the agent's database step.
+    FLEET_ANSWER = "INSERT INTO fleet_answers (tag, run_id, token, host_id) VALUES ($1, $2, $3, $4)"
         (TEXT, INT8, INT8, TEXT) -> ();
     /// `rendezvous fleet` (host.rs).
     FLEET_LEADER_ACTION = "INSERT INTO fleet_leader_actions (tag, epoch, host_id, action_id) VALUES ($1, $2, $3, $4)"
@@ -206,6 +219,30 @@ rendezvous_client::sql_statements! {
     FLEET_RUNS_TAKEN_OVER = "SELECT count(*) FROM (SELECT s.run_id FROM fleet_run_starts s WHERE s.tag = $1
               GROUP BY 1 HAVING count(DISTINCT s.token) > 1 AND s.run_id % 9 <> 0) x"
         (TEXT) -> ("count": INT8);
+    /// `rendezvous fleet` (fleet/report.rs): the agent workflow's durable steps, of the runs
+    /// the firings due up to the end (`$2`) admitted. Steps whose
+    /// work ran more than once; executions of a step by an attempt that began after the step
+    /// was recorded (a replay that ran it again: must be 0; a zombie holder finishing the step
+    /// it was in is not one); runs whose external call reached the service under two keys, and
+    /// runs whose database step wrote twice (both must be 0); inference calls, their cost, and
+    /// those beyond one per run.
+    FLEET_STEP_FIGURES = "WITH w AS (SELECT r.run_id FROM rendezvous.status_runs r
+                              JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
+                             WHERE r.tenant_id = $1 AND f.fire_at <= $2),
+                c AS (SELECT c.* FROM fleet_step_calls c JOIN w ON w.run_id = c.run_id WHERE c.tag = $1)
+         SELECT (SELECT count(*) FROM (SELECT 1 FROM c GROUP BY run_id, step HAVING count(*) > 1) x),
+                (SELECT count(*) FROM c
+                   JOIN fleet_run_starts st ON st.tag = c.tag AND st.run_id = c.run_id AND st.token = c.token
+                   CROSS JOIN LATERAL rendezvous.run_steps(c.run_id) s
+                  WHERE s.step = c.step AND s.recorded_at < st.at),
+                (SELECT count(*) FROM (SELECT e.run_id FROM fleet_external e JOIN w ON w.run_id = e.run_id
+                                        WHERE e.tag = $1 GROUP BY 1 HAVING count(*) > 1) x),
+                (SELECT count(*) FROM (SELECT a.run_id FROM fleet_answers a JOIN w ON w.run_id = a.run_id
+                                        WHERE a.tag = $1 GROUP BY 1 HAVING count(*) > 1) x),
+                (SELECT count(*) FROM c WHERE step = 'inference'),
+                (SELECT coalesce(sum(cost_cents), 0) FROM c WHERE step = 'inference'),
+                (SELECT count(*) - count(DISTINCT run_id) FROM c WHERE step = 'inference')"
+        (TEXT, TIMESTAMPTZ) -> ("count": INT8, "count": INT8, "count": INT8, "count": INT8, "count": INT8, "coalesce": INT8, "?column?": INT8);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_SPLIT_BRAIN_EPOCHS = "SELECT count(*) FROM (SELECT epoch FROM fleet_leader_actions WHERE tag = $1
               GROUP BY 1 HAVING count(DISTINCT host_id) > 1) x"

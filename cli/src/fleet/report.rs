@@ -49,6 +49,8 @@ pub struct Report {
     pub runs_taken_over: i64,
     /// Pickup latency, admission to first start (database clock), p50 and p99.
     pub run_pickup: Option<(Duration, Duration)>,
+    /// The agent workflow's durable steps: what ran twice and what must never.
+    pub steps: StepFigures,
     /// Leader epochs that saw leader actions from two hosts, or that two hosts' ledgers say
     /// they led in.
     pub split_brain_epochs: i64,
@@ -70,6 +72,24 @@ pub struct Report {
     pub timeline: Result<std::path::PathBuf, String>,
     /// With `--ha`: the engine, and how long its failover took (or why it did not happen).
     pub database_failover: Option<(&'static str, Result<Failover, String>)>,
+}
+
+/// The agent workflow's durable steps (each run's five steps).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StepFigures {
+    /// Steps whose work ran more than once (only steps in flight at a fault may).
+    pub executed_twice: i64,
+    /// Step executions by an attempt that began after the step was recorded: must be 0.
+    pub recorded_reexecuted: i64,
+    /// Runs whose external call reached the service under two keys (a duplicated effect):
+    /// must be 0.
+    pub external_duplicated: i64,
+    /// Runs whose database step wrote twice: must be 0.
+    pub saved_twice: i64,
+    /// Inference calls made, their cost in cents, and those beyond one per run.
+    pub inference_calls: i64,
+    pub inference_cents: i64,
+    pub inference_paid_twice: i64,
 }
 
 impl Default for Report {
@@ -94,6 +114,7 @@ impl Default for Report {
             runs_failed: 0,
             runs_taken_over: 0,
             run_pickup: None,
+            steps: StepFigures::default(),
             split_brain_epochs: 0,
             lost_after_failover: crate::ledger::Lost::default(),
             leader_terms: 0,
@@ -129,6 +150,9 @@ impl Report {
             && self.runs_executed_twice == 0
             && self.runs_unfinished == 0
             && self.runs_failed == 0
+            && self.steps.recorded_reexecuted == 0
+            && self.steps.external_duplicated == 0
+            && self.steps.saved_twice == 0
             && self.started_early == 0
             && self
                 .database_failover
@@ -186,6 +210,16 @@ async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report)
         .await
         .map(|row| row.get::<_, i64>(0))
         .map_err(|e| e.to_string())?;
+    let s = admin.query_one(sql::FLEET_STEP_FIGURES, &[&tag, &end]).await.map_err(|e| e.to_string())?;
+    r.steps = StepFigures {
+        executed_twice: s.get(0),
+        recorded_reexecuted: s.get(1),
+        external_duplicated: s.get(2),
+        saved_twice: s.get(3),
+        inference_calls: s.get(4),
+        inference_cents: s.get(5),
+        inference_paid_twice: s.get(6),
+    };
     r.split_brain_epochs = admin
         .query_one(sql::FLEET_SPLIT_BRAIN_EPOCHS, &[&tag])
         .await
@@ -297,6 +331,25 @@ fn print_work(r: &Report) {
         ),
         None => println!("run pickup               no runs started"),
     }
+    let s = &r.steps;
+    println!(
+        "agent steps run twice    {}   (five durable steps a run: only steps in flight at a fault may repeat)",
+        s.executed_twice
+    );
+    println!(
+        "recorded steps re-run    {}   (a step run again by an attempt that began after it was recorded)",
+        s.recorded_reexecuted
+    );
+    println!(
+        "effects duplicated       {}   (external calls under two keys: {}; database steps written twice: {})",
+        s.external_duplicated + s.saved_twice,
+        s.external_duplicated,
+        s.saved_twice
+    );
+    println!(
+        "inference                {} calls, {} cents   (paid twice: {}, steps in flight at a fault only)",
+        s.inference_calls, s.inference_cents, s.inference_paid_twice
+    );
 }
 
 /// What the faults cost: losses after a failover, leader terms and failovers, takeovers by
