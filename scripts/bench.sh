@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|takeover|replication|scale|portable ...]   (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|durable|takeover|replication|scale|portable ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,7 +12,7 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs takeover replication scale portable)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs durable takeover replication scale portable)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
   # `replication` runs fleets on throwaway pairs of its own (scripts/bench/replication.sh).
@@ -21,7 +21,7 @@ main() {
     if [ "$b" = replication ]; then replication=true; else on_cluster+=("$b"); fi
   done
   for b in "${on_cluster[@]}"; do
-    [ "$b" = scale ] || [ "$b" = portable ] || cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"
+    [ "$b" = scale ] || [ "$b" = portable ] || [ "$b" = durable ] || cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"
   done
   log "building the rendezvous command"
   cargo build --quiet -p rendezvous-cli
@@ -50,6 +50,8 @@ on_cluster() {
     if [ "$b" = scale ]; then "$ROOT_DIR/scripts/bench/scale.sh"; continue; fi
     # The portable edition beside the native one, call by call (SQL, no cargo bench).
     if [ "$b" = portable ]; then "$ROOT_DIR/scripts/bench/portable.sh"; continue; fi
+    # Durable runs beside DBOS Transact (Python, no cargo bench).
+    if [ "$b" = durable ]; then "$ROOT_DIR/scripts/bench/durable.sh"; continue; fi
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
     # Admission also in the server, where the client's round trip cannot hide its cost.
     if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench/admission_pgbench.sh"; fi

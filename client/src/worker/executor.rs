@@ -251,6 +251,8 @@ fn connection_failure(e: &(dyn std::error::Error + 'static)) -> bool {
             // No connection could be had for the job (the server restarting or failing over):
             // not the handler's failure either.
             Some(Error::Connect(_) | Error::Disconnected(_) | Error::PoolUnavailable(_)) => return true,
+            // A durable step's work failed: look at why.
+            Some(Error::StepFailed { .. }) => {}
             Some(_) => return false,
             None => {}
         }
@@ -342,5 +344,8 @@ mod tests {
         assert!(!boxed(Box::new(Error::InvalidArgument("bad".into()))));
         assert!(!boxed(Box::new(std::io::Error::other("the handler's own failure"))));
         assert!(!boxed("a plain message".into()));
+        let step = |source: BoxError| Box::new(Error::StepFailed { step: "s".into(), source });
+        assert!(boxed(step(Box::new(Error::Disconnected("gone".into())))));
+        assert!(!boxed(step("the step's own failure".into())));
     }
 }
