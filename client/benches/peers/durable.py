@@ -96,6 +96,7 @@ def dbos_host(url, executor, mode, slots, step_ms, count):
         for t in threads:
             t.start()
     if mode == "recover":
+        sys.stdin.readline()
         for i in range(slots):
             threading.Thread(target=bench3).start()
     while True:
@@ -239,10 +240,11 @@ def reexecuted(db, system):
 def recovery(url, bin_):
     db = psycopg.connect(url, autocommit=True)
     out = []
-    # Ours: 16 runs of three 1 s steps over 4 hosts; kill the one holding the most.
+    # Ours: 16 runs of three 1 s steps admitted once 4 hosts (8 slots each) are up; kill the one
+    # holding the most in the middle of their second step.
     reset(db)
+    hosts = {f"host-{h}": start([bin_, url, f"host-{h}", "8", "1000"]) for h in range(HOSTS)}
     db.execute("SELECT rendezvous.spawn_run('bench', 'bench3') FROM generate_series(1, 16)")
-    hosts = {f"host-{h}": start([bin_, url, f"host-{h}", "4", "1000"]) for h in range(HOSTS)}
     time.sleep(1.5)
     victim = max(hosts, key=lambda h: len(held_by(db, "ours", h)))
     ids = held_by(db, "ours", victim)
@@ -251,10 +253,14 @@ def recovery(url, bin_):
     wait_count(db, OURS_DONE, 16, timeout=60)
     resumed = [t - killed for t in resumed_after(db, "ours", ids, killed) if t is not None]
     stop([p for h, p in hosts.items() if h != victim])
-    out.append(("pg_rendezvous", len(ids), resumed, "by itself (the claims end with the killed host's sessions)", reexecuted(db, "ours")))
-    # DBOS: 4 hosts start 4 workflows each; kill p0; wait 5 s; start p0 again with its executor id.
+    out.append(("pg_rendezvous", len(ids), resumed, "by the live hosts, by themselves (the killed host's claims end with its sessions)", reexecuted(db, "ours")))
+    # DBOS: 4 hosts start 4 workflows each at once; kill p0 in the middle of their second step;
+    # wait 5 s; start p0 again with its executor id.
     reset(db)
     hosts = {f"p{h}": start(dbos_cmd(url, f"p{h}", "recover", 4, 1000, 0)) for h in range(HOSTS)}
+    for p in hosts.values():
+        p.stdin.write("go\n")
+        p.stdin.flush()
     time.sleep(1.5)
     ids = held_by(db, "dbos", "p0")
     hosts["p0"].kill()

@@ -61,6 +61,25 @@ impl Replay {
     }
 }
 
+/// The job's replay, unless another step holds it: steps of a run run one at a time.
+fn lock_replay(
+    replay: &tokio::sync::Mutex<Option<Replay>>,
+) -> Result<tokio::sync::MutexGuard<'_, Option<Replay>>> {
+    replay.try_lock().map_err(|_| {
+        Error::InvalidArgument(
+            "a step was asked for while another step of this run is in flight: steps of a run run one at a time \
+             (no nested or concurrent steps)"
+                .into(),
+        )
+    })
+}
+
+/// The steps the run recorded, for this attempt to replay from the first.
+async fn read_replay(client: &tokio_postgres::Client, run_id: i64) -> Result<Replay> {
+    let recorded = steps::run_steps(client, run_id).await?;
+    Ok(Replay { recorded: recorded.into_iter().map(|s| (s.step, s.output)).collect(), next: 0 })
+}
+
 fn decode<T: DeserializeOwned>(step: &str, output: Option<Value>) -> Result<T> {
     serde_json::from_value(output.unwrap_or(Value::Null)).map_err(|e| {
         Error::InvalidArgument(format!(
@@ -104,19 +123,9 @@ impl Job {
     /// The replay, read from the database on first use; refused while another step is in
     /// flight.
     async fn replay(&self, run_id: i64) -> Result<tokio::sync::MutexGuard<'_, Option<Replay>>> {
-        let mut replay = self.replay.try_lock().map_err(|_| {
-            Error::InvalidArgument(
-                "a step was asked for while another step of this run is in flight: steps of a run run one at a time \
-                 (no nested or concurrent steps)"
-                    .into(),
-            )
-        })?;
+        let mut replay = lock_replay(&self.replay)?;
         if replay.is_none() {
-            let recorded = steps::run_steps(self.client().await?, run_id).await?;
-            *replay = Some(Replay {
-                recorded: recorded.into_iter().map(|s| (s.step, s.output)).collect(),
-                next: 0,
-            });
+            *replay = Some(read_replay(self.client().await?, run_id).await?);
         }
         Ok(replay)
     }
@@ -215,16 +224,9 @@ impl Job {
         self.client().await?;
         // The replay's lock and the connection are both the job's: take the connection from its
         // cell for the transaction, the replay through its own field.
-        let mut guard = self.replay.try_lock().map_err(|_| {
-            Error::InvalidArgument("a step was asked for while another step of this run is in flight".into())
-        })?;
+        let mut guard = lock_replay(&self.replay)?;
         if guard.is_none() {
-            let client = self.client.get().expect("connected above");
-            let recorded = steps::run_steps(&**client, run_id).await?;
-            *guard = Some(Replay {
-                recorded: recorded.into_iter().map(|s| (s.step, s.output)).collect(),
-                next: 0,
-            });
+            *guard = Some(read_replay(self.client.get().expect("connected above"), run_id).await?);
         }
         let replay = guard.as_mut().expect("read above");
         if let Some(output) = replay.next(run_id, step)? {
