@@ -54,6 +54,23 @@ portable_suites() {
     echo "a member of rendezvous_host calling the portable edition's _record_new_term was not refused: $refused" >&2
     exit 1
   fi
+  # Nor can it attach the hash keepers to a table of its own (0.3.0 let it, and they ran as the
+  # owner: #39); and on any table but rendezvous.hosts they refuse to run, whoever attaches them.
+  refused=$(cluster_psql -d rendezvous_portable -U rendezvous_portable_host \
+              -c "CREATE TEMP TABLE mine (host_id text)" \
+              -c "CREATE TRIGGER planted AFTER INSERT ON mine FOR EACH ROW EXECUTE FUNCTION rendezvous._host_joined()" 2>&1 || true)
+  if [[ $refused != *"permission denied for function"*"_host_joined"* ]]; then
+    echo "a member of rendezvous_host attached the portable edition's _host_joined to its own table: $refused" >&2
+    exit 1
+  fi
+  refused=$(cluster_psql -d rendezvous_portable -U rendezvous_owner \
+              -c "CREATE TEMP TABLE mine (host_id text)" \
+              -c "CREATE TRIGGER planted AFTER INSERT ON mine FOR EACH ROW EXECUTE FUNCTION rendezvous._host_joined()" \
+              -c "INSERT INTO mine VALUES ('x')" 2>&1 || true)
+  if [[ $refused != *"runs on rendezvous.hosts only"* ]]; then
+    echo "the portable edition's _host_joined ran on another table than rendezvous.hosts: $refused" >&2
+    exit 1
+  fi
   headers_diff "$script"
   pg_tle_form "${script%-portable.sql}-pg_tle.sql"
   portable_upgrade_test "$script"

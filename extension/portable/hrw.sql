@@ -252,11 +252,30 @@ CREATE TABLE rendezvous._host_hashes (
 );
 COMMENT ON TABLE rendezvous._host_hashes IS 'Portable edition: each host''s HRW hash, kept so winner and ranked do not recompute it.';
 
-CREATE FUNCTION rendezvous._host_joined() RETURNS trigger
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The triggers below keep _host_hashes in step with rendezvous.hosts. They are not SECURITY
+-- DEFINER: rendezvous.hosts changes only inside the extension's own SECURITY DEFINER functions
+-- (heartbeat, leave, prune), where they already run as the owner; and they refuse to run on
+-- any other table. (0.3.0 made them SECURITY DEFINER and executable by PUBLIC: a host attached
+-- one to a table of its own whose host_id had its own type with an implicit cast to text, and
+-- its cast ran as the owner, #39.)
+CREATE FUNCTION rendezvous._check_hosts_trigger(schema_name name, table_name name) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    IF schema_name <> 'rendezvous' OR table_name <> 'hosts' THEN
+        RAISE EXCEPTION 'this trigger keeps rendezvous._host_hashes: it runs on rendezvous.hosts only, not %.%', schema_name, table_name
+            USING ERRCODE = '42501';
+    END IF;
+END
+$$;
+
+CREATE FUNCTION rendezvous._host_joined() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA, TG_TABLE_NAME);
     INSERT INTO rendezvous._host_hashes (host_id, hash)
     VALUES (NEW.host_id, rendezvous._host_hash(NEW.host_id))
     ON CONFLICT (host_id) DO NOTHING;
@@ -265,10 +284,11 @@ END
 $$;
 
 CREATE FUNCTION rendezvous._hosts_left() RETURNS trigger
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA, TG_TABLE_NAME);
     -- Nested: the transition table exists only for the DELETE trigger.
     IF TG_OP = 'DELETE' THEN
         DELETE FROM rendezvous._host_hashes x USING gone g WHERE x.host_id = g.host_id;
@@ -427,3 +447,7 @@ CREATE FUNCTION rendezvous.winner(key text, hosts text[], weights double precisi
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN (rendezvous.ranked(key, hosts, weights, 1))[1]; END $$;
+
+-- Only the triggers on rendezvous.hosts run the hash keepers: nobody may attach them to a
+-- table of its own (CREATE TRIGGER needs EXECUTE on the function).
+REVOKE EXECUTE ON FUNCTION rendezvous._host_joined(), rendezvous._hosts_left() FROM PUBLIC;

@@ -169,7 +169,9 @@ fn release(tag: &pg_sys::LOCKTAG) -> bool {
 }
 
 /// Whether backend `holder_pid`, the recorded holder of lock `lock_id`, still holds it: the
-/// liveness half of `assert_leader`. It never reads the whole lock table (`pg_locks` costs
+/// liveness half of `assert_leader`. For another backend it answers whether that pid lives and
+/// the lock is held, not by whom (a pid can be reused): what acts on the answer against that
+/// backend checks the holder itself (`end_silent_holder`). It never reads the whole lock table (`pg_locks` costs
 /// grow with every lock any session holds): the caller's own lock is a local lookup; another
 /// session's is a no-wait probe of that one lock in a mode only the leader's lock conflicts
 /// with (so concurrent probes never disturb each other), plus a check that the backend lives.
@@ -522,6 +524,10 @@ fn start_lease(group: &str, lease: Option<Interval>) {
 /// its lease plus `LEASE_GRACE` (database clock), waiting up to a second for it to go; true when
 /// it did. The holder (the recorded one, which must still hold the lock) is then told nothing:
 /// its connection is gone, so its elector steps down, and its fenced writes fail on the epoch.
+/// Only the very holder is ended: the recorded pid must be the one the lock table shows holding
+/// the group's lock (`_lock_holder`, read here only, on this rare path), not merely a live
+/// backend while someone holds it (`_leader_lock_held`'s fast probe): a recorded pid reused by
+/// another backend, a superuser's or a walsender, is never terminated (#39).
 fn end_silent_holder(group: &str, lock_id: i32) -> bool {
     if !crate::holder::has_column(c"leader_confirmations", c"lease") {
         return false; // older tables: no term has a lease
@@ -533,7 +539,8 @@ fn end_silent_holder(group: &str, lock_id: i32) -> bool {
                       WHERE l.group_name = $1 AND l.pid IS NOT NULL AND c.lease IS NOT NULL
                         AND greatest(c.confirmed_at, l.since) + c.lease + interval '{LEASE_GRACE}'
                             < pg_catalog.clock_timestamp()
-                        AND rendezvous._leader_lock_held($2, l.pid))"
+                        AND rendezvous._leader_lock_held($2, l.pid)
+                        AND rendezvous._lock_holder($2) = l.pid)"
         ),
         &[group.into(), lock_id.into()],
     )

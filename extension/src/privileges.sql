@@ -75,6 +75,10 @@ ALTER FUNCTION rendezvous.assert_firing(text, timestamptz, bigint) SECURITY DEFI
 ALTER FUNCTION rendezvous.firing_states(text[], timestamptz[]) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
 
+-- Trigger functions run only from their triggers on the extension's tables: nobody attaches
+-- them to a table of its own (CREATE TRIGGER needs EXECUTE; #39).
+REVOKE EXECUTE ON FUNCTION rendezvous._membership_changed() FROM PUBLIC;
+
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
     rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit(),

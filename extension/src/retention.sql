@@ -42,8 +42,11 @@ BEGIN
     IF set_retention.kind IS NULL OR set_retention.kind NOT IN ('firings', 'runs', 'hosts') THEN
         RAISE EXCEPTION 'kind must be firings, runs or hosts (got %)', coalesce(quote_literal(set_retention.kind), 'NULL')
             USING ERRCODE = '22023';
-    ELSIF set_retention.keep IS NOT NULL AND (set_retention.keep <= interval '0' OR NOT isfinite(set_retention.keep)) THEN
-        RAISE EXCEPTION 'keep must be a positive finite interval, or NULL to keep % for ever (got %)',
+    ELSIF set_retention.keep IS NOT NULL AND (set_retention.keep <= interval '0' OR NOT isfinite(set_retention.keep)
+                                              OR set_retention.keep > interval '1000 years') THEN
+        -- At most 1000 years: a longer one put the cut-off before timestamptz's range, and every
+        -- prune() of every kind failed with 22008 from then on (#39).
+        RAISE EXCEPTION 'keep must be a positive interval of at most 1000 years, or NULL to keep % for ever (got %)',
             set_retention.kind, set_retention.keep USING ERRCODE = '22023';
     END IF;
     INSERT INTO rendezvous.retention AS r (kind, keep) VALUES (set_retention.kind, set_retention.keep)

@@ -6,6 +6,7 @@ SELECT kind, keep, is_default FROM rendezvous.retention_settings ORDER BY kind;
 SELECT regress.err($$SELECT rendezvous.set_retention('jobs', '1 day')$$);
 SELECT regress.err($$SELECT rendezvous.set_retention(NULL, '1 day')$$);
 SELECT regress.err($$SELECT rendezvous.set_retention('runs', '-1 day')$$);
+SELECT regress.err($$SELECT rendezvous.set_retention('runs', '300000 years')$$);
 SELECT regress.err($$SELECT rendezvous.prune(0)$$);
 SELECT regress.err($$SELECT rendezvous.prune(NULL)$$);
 SELECT regress.err($$SELECT rendezvous.prune(100001)$$);

@@ -65,7 +65,23 @@ SELECT rendezvous.next_runnable_at(ARRAY['deliver']) > now() + interval '59 minu
 -- with a higher token, and the old token completes nothing.
 SELECT run_id AS orphan FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 5}', 'msg-5') \gset
 SELECT token AS orphan_token FROM rendezvous.claim_runs('worker-a', 1, '1 hour', ARRAY['deliver'], '0 s') \gset
+RESET ROLE;
+SELECT pg_backend_pid() AS old_pid, rendezvous._session_started() AS old_started \gset
 \c -
+-- A backend's exit is asynchronous: wait until the old session is gone (on a busy machine the
+-- next statement could otherwise still see it).
+SELECT set_config('regress.old_session', :'old_pid' || '|' || :'old_started', false) AS noted \gset
+DO $$
+DECLARE
+    s text[] := string_to_array(current_setting('regress.old_session'), '|');
+BEGIN
+    FOR i IN 1 .. 1000 LOOP
+        PERFORM pg_catalog.pg_stat_clear_snapshot();
+        EXIT WHEN rendezvous._holder_gone(s[1]::integer, s[2]::timestamptz);
+        PERFORM pg_catalog.pg_sleep(0.01);
+    END LOOP;
+END
+$$;
 SET ROLE rendezvous_regress_worker;
 SELECT run_id = :orphan AS taken_over, token > :orphan_token AS higher_token, attempt
   FROM rendezvous.claim_runs('worker-b', 1, '1 hour', ARRAY['deliver'], '0 s');

@@ -42,3 +42,7 @@ SELECT pg_catalog.pg_extension_config_dump('rendezvous.signals', '');
 CREATE TYPE rendezvous.run_wait AS (outcome text, payload jsonb);
 COMMENT ON TYPE rendezvous.run_wait IS
     'outcome: received (a signal: its payload), finished (every child ended), timed_out (until passed first) or parked (the run gave its slot back: stop working on it).';
+
+-- A retention longer than 1000 years is refused now (set_retention): one set before made every
+-- prune() fail (#39). It meant "for ever", which NULL says.
+UPDATE rendezvous.retention SET keep = NULL WHERE keep > interval '1000 years';

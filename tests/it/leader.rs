@@ -659,3 +659,43 @@ async fn a_full_lock_table_is_a_plain_53200_with_the_sizing_rule() {
     assert_eq!(held, led as i64);
     drop(client);
 }
+
+/// A silent leader's recorded pid that now names another backend (a reused pid) while the
+/// leader lives on holding the lock: a candidate past the lease terminates nobody. 0.3.0
+/// checked only that the pid was alive and that someone held the lock, and ended the innocent
+/// backend (a superuser's session, a walsender: #39).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_leaders_reused_pid_is_never_terminated() {
+    let db = TestDb::new("leader_pid_reuse").await;
+    let leader = db.connect().await;
+    let led: bool = leader
+        .query_one("SELECT is_leader FROM rendezvous.try_lead('g', 'a', false, '1 second')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(led);
+    let innocent = db.connect().await;
+    let innocent_pid: i32 = innocent.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    // The term is long silent, and its recorded pid is the innocent backend's, as if reused.
+    let admin = db.connect().await;
+    admin
+        .batch_execute(&format!(
+            "UPDATE rendezvous.leaders SET pid = {innocent_pid}, since = now() - interval '1 hour' WHERE group_name = 'g';
+             UPDATE rendezvous.leader_confirmations SET confirmed_at = now() - interval '1 hour' WHERE group_name = 'g';"
+        ))
+        .await
+        .unwrap();
+    let candidate = db.connect().await;
+    let took: bool = candidate
+        .query_one("SELECT is_leader FROM rendezvous.try_lead('g', 'b', false, '1 second')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(!took, "the real leader still holds the lock");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        innocent.query_one("SELECT 1", &[]).await.is_ok(),
+        "the backend that reused the pid was terminated"
+    );
+    assert!(leader.query_one("SELECT 1", &[]).await.is_ok());
+}
