@@ -9,7 +9,8 @@
 # The dbos package and its dependencies are pinned in client/benches/peers/requirements-dbos.txt
 # and installed with pip into a venv in target/bench-dbos (reused while the file is the same),
 # with Debian's python3 (python3-venv, which scripts/setup.sh does not install: this installs it
-# when missing). Run under `rendezvous cluster run`, as scripts/bench.sh does.
+# when missing). `durable.sh throughput` or `durable.sh recovery` runs one part. Run under
+# `rendezvous cluster run`, as scripts/bench.sh does.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 peers=$ROOT_DIR/client/benches/peers
@@ -39,4 +40,4 @@ cluster_psql -d postgres -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREAT
 cluster_psql -d "$db" -c "CREATE EXTENSION pg_rendezvous" >/dev/null
 log "durable: pg_rendezvous beside DBOS Transact $(sed -n 's/^dbos==//p' "$peers/requirements-dbos.txt") (4 hosts)"
 "$cache/venv/bin/python" "$peers/durable.py" "postgresql://$PGUSER@$PGHOST:$PGPORT/$db" \
-  "${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/durable_host"
+  "${CARGO_TARGET_DIR:-$ROOT_DIR/target}/release/durable_host" "$@"

@@ -56,6 +56,8 @@ def dbos_host(url, executor, mode, slots, step_ms, count):
                  "application_version": "bench", "log_level": "WARNING"})
     latencies, lock, local = [], threading.Lock(), threading.local()
     calls = psycopg.connect(url, autocommit=True) if step_ms > 0 else None
+    if mode == "enqueue":
+        DBOS.listen_queues([])  # it must not dequeue what it enqueues: it exits at once
 
     @DBOS.step()
     def step(name):
@@ -135,7 +137,7 @@ def stop(hosts):
     return samples
 
 
-def drain_rate(db, sql, n, timeout=600):
+def drain_rate(db, sql, n, timeout=180):
     """Workflows/s while the backlog drains, between 10 % and 90 % of it done: hosts' start-up
     and the last stragglers are left out, alike for every system."""
     lo, hi = n // 10, n - n // 10
@@ -145,7 +147,7 @@ def drain_rate(db, sql, n, timeout=600):
     return (hi - lo) / (t_hi - t_lo)
 
 
-def wait_count(db, sql, n, timeout=600):
+def wait_count(db, sql, n, timeout=180):
     deadline = time.time() + timeout
     while True:
         got = db.execute(sql).fetchone()[0]

@@ -3,9 +3,9 @@
 //! gets SIGTERM; then prints what it measured and exits. Usage:
 //!   durable_host <database-url> <host-id> <slots> <step-ms>
 //! Each step sleeps `step-ms` (0: a trivial step) and logs its execution in `bench_calls` when
-//! `step-ms` > 0 (the recovery measure counts re-executions from it). Prints, on SIGTERM:
-//!   `executed <steps run> latency_us <n> <p50> <p99>`: each executed step's `Job::step` call,
-//!   work included (so with step-ms 0 it is the checkpoint's own latency).
+//! `step-ms` > 0 (the recovery measure counts re-executions from it). Prints, on SIGTERM, a
+//! JSON line `{"latency_us": [...]}`: each executed step's `Job::step` call in microseconds,
+//! work included (so with step-ms 0 it is the checkpoint's own latency).
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,9 +66,6 @@ async fn main() {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM");
     term.recv().await;
     let _ = worker.shutdown(Duration::from_secs(2)).await;
-    let mut l = latencies.lock().unwrap().clone();
-    l.sort_unstable();
-    let pct =
-        |p: f64| l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
-    println!("executed {} latency_us {} {} {}", l.len(), l.len(), pct(0.5), pct(0.99));
+    let samples = latencies.lock().unwrap().clone();
+    println!("{}", serde_json::json!({ "latency_us": samples }));
 }
