@@ -238,20 +238,54 @@ pub fn prometheus(v: &Value) -> String {
 
 /// A label value as the exposition format escapes it: backslash, double quote and newline.
 fn label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            // Other control characters (ESC, BEL) and bidirectional overrides, as text: a
+            // scraper's terminal or page never receives them raw (#39).
+            c if hidden(c) => out.push_str(&format!("\\\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A character that must not reach a terminal or page raw: a control character, or one that
+/// reorders the text around it (U+202E makes "exe.txt" read "txt.exe").
+fn hidden(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A text from the database as a person sees it: hidden characters (newlines included, so no
+/// value forges a line) written as `\u{..}`.
+fn escape_text(s: &str) -> String {
+    s.chars().map(|c| if hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
+/// `v` with every text in it (keys too) escaped by [`escape_text`].
+fn sanitized(v: &Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(escape_text(s)),
+        Value::Array(a) => Value::Array(a.iter().map(sanitized).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (escape_text(k), sanitized(v))).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Prints the status for a person. Host ids, task ids, errors and every other text come from
 /// the database, written by whoever can call the API: control characters in them are shown
 /// escaped, never sent to the terminal (an escape sequence could set its title or clear it).
 pub fn print(v: &Value) {
-    print!("{}", escape_controls(&render(v)));
+    print!("{}", render(&sanitized(v)));
 }
 
-/// `s` with every control character but the newline written as `\u{..}`.
+/// `s` with every hidden character but the newline written as `\u{..}` (for a whole report).
 pub fn escape_controls(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
+        .map(|c| if hidden(c) && c != '\n' { c.escape_unicode().to_string() } else { c.to_string() })
         .collect()
 }
 
@@ -418,10 +452,29 @@ mod tests {
             "hosts": [{"host_id": "evil\u{1b}]0;owned\u{7}\u{1b}[2J", "live": true, "weight": 1, "seconds_since_heartbeat": 0.5}],
             "leaders": [], "replication": {}, "tasks": [], "firings": {}, "run_queue": [], "recent_runs": [],
         });
-        let text = escape_controls(&render(&v));
-        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+        let text = render(&sanitized(&v));
+        assert!(!text.chars().any(|c| hidden(c) && c != '\n'), "{text:?}");
         assert!(text.contains("evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{text}");
         assert!(text.starts_with("hosts\n"));
+    }
+
+    /// A newline in a host id or an error cannot forge a line of the report, and a
+    /// bidirectional override cannot reorder one (#39); nor do they reach a Prometheus scrape raw.
+    #[test]
+    fn no_text_from_the_database_forges_or_reorders_a_line() {
+        let v = json!({
+            "hosts": [{"host_id": "h1\nleaders\n  g led by me", "live": true, "weight": 1, "seconds_since_heartbeat": 0.5},
+                      {"host_id": "abc\u{202e}cba", "live": true, "weight": 1, "seconds_since_heartbeat": 0.5}],
+            "hosts_total": 2, "hosts_live": 2,
+            "leaders": [], "replication": {}, "tasks": [], "firings": {}, "run_queue": [], "recent_runs": [],
+        });
+        let text = render(&sanitized(&v));
+        assert_eq!(text.lines().filter(|l| l.trim_start().starts_with("g led by me")).count(), 0, "{text}");
+        assert!(text.contains("h1\\u{a}leaders\\u{a}  g led by me"), "{text}");
+        assert!(!text.contains('\u{202e}') && text.contains("abc\\u{202e}cba"), "{text}");
+        let scrape = prometheus(&json!({"hosts": [{"host_id": "x\u{1b}[2J\u{7}\u{202e}", "weight": 1.0, "seconds_since_heartbeat": 0.5, "live": true}]}));
+        assert!(!scrape.chars().any(|c| hidden(c) && c != '\n'), "{scrape:?}");
+        assert!(scrape.contains("x\\\\u{1b}[2J\\\\u{7}\\\\u{202e}"), "{scrape}");
     }
 
     #[test]
