@@ -256,7 +256,8 @@ fn label(s: &str) -> String {
 /// A character that must not reach a terminal or page raw: a control character, or one that
 /// reorders the text around it (U+202E makes "exe.txt" read "txt.exe").
 fn hidden(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A text from the database as a person sees it: hidden characters (newlines included, so no
@@ -472,7 +473,9 @@ mod tests {
         assert_eq!(text.lines().filter(|l| l.trim_start().starts_with("g led by me")).count(), 0, "{text}");
         assert!(text.contains("h1\\u{a}leaders\\u{a}  g led by me"), "{text}");
         assert!(!text.contains('\u{202e}') && text.contains("abc\\u{202e}cba"), "{text}");
-        let scrape = prometheus(&json!({"hosts": [{"host_id": "x\u{1b}[2J\u{7}\u{202e}", "weight": 1.0, "seconds_since_heartbeat": 0.5, "live": true}]}));
+        let scrape = prometheus(
+            &json!({"hosts": [{"host_id": "x\u{1b}[2J\u{7}\u{202e}", "weight": 1.0, "seconds_since_heartbeat": 0.5, "live": true}]}),
+        );
         assert!(!scrape.chars().any(|c| hidden(c) && c != '\n'), "{scrape:?}");
         assert!(scrape.contains("x\\\\u{1b}[2J\\\\u{7}\\\\u{202e}"), "{scrape}");
     }

@@ -420,12 +420,14 @@ fn every(interval: Option<Interval>) -> String {
             "interval must not contain months or years (got {interval}): months vary in length"
         ));
     }
-    let micros = i64::from(interval.days()) * 86_400_000_000 + interval.micros();
+    // In i128: days times microseconds a day overflows i64 (it wrapped to "every 60 seconds"
+    // in a release build, #39), and the portable edition computes it in numeric.
+    let micros = i128::from(interval.days()) * 86_400_000_000 + i128::from(interval.micros());
     if micros % 1_000_000 != 0 {
         invalid_argument(format!("interval must be a whole number of seconds (got {interval})"));
     }
     let seconds = micros / 1_000_000;
-    if !(1..=MAX_EVERY_SECONDS).contains(&seconds) {
+    if !(1..=i128::from(MAX_EVERY_SECONDS)).contains(&seconds) {
         invalid_argument(format!("interval must be between 1 second and 366 days (got {interval})"));
     }
     format!("every {seconds} seconds")

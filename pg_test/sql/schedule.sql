@@ -47,6 +47,10 @@ SELECT regress.err($$SELECT rendezvous.fire_times(repeat('1', 2000), 'UTC', now(
 SELECT regress.err($$SELECT rendezvous.every('1 month')$$);
 SELECT regress.err($$SELECT rendezvous.every('1.5 seconds')$$);
 SELECT regress.err($$SELECT rendezvous.every(NULL)$$);
+-- Days times microseconds a day beyond 64 bits: refused, not wrapped (#39).
+SELECT regress.err($$SELECT rendezvous.every('213503982 days 08:02:49.551616')$$);
+SELECT regress.err($$SELECT rendezvous.every('213503982 days 08:02:49')$$);
+SELECT regress.err($$SELECT rendezvous.every('-2147483648 days')$$);
 -- A pattern that never matches gives no fire times.
 SELECT count(*) FROM rendezvous.fire_times('0 0 30 2 *', 'UTC', '2026-01-01', '2030-01-01');
 
