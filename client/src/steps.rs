@@ -74,11 +74,23 @@ pub async fn record_step(
     output: Option<&Value>,
 ) -> Result<bool> {
     let call = async {
-        let row = fenced(sql::query_one(client, sql::RECORD_STEP, &[&run_id, &token, &step, &output]).await)?;
-        let pid = row.get(1);
-        Ok((row, Some(pid)))
+        let (recorded, pid) = record_step_on_backend(client, run_id, token, step, output).await?;
+        Ok((recorded, Some(pid)))
     };
-    Ok(replication::acknowledged("record_step", call).await?.get(0))
+    replication::acknowledged("record_step", call).await
+}
+
+/// [`record_step`] without waiting on its commit (in the caller's transaction): whether it
+/// recorded the step, and the backend that will commit it.
+pub(crate) async fn record_step_on_backend(
+    client: &impl GenericClient,
+    run_id: i64,
+    token: i64,
+    step: &str,
+    output: Option<&Value>,
+) -> Result<(bool, i32)> {
+    let row = fenced(sql::query_one(client, sql::RECORD_STEP, &[&run_id, &token, &step, &output]).await)?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// A run's recorded steps, in the order recorded.

@@ -236,11 +236,13 @@ impl Job {
         let tx = client.transaction().await?;
         let value = work(&tx).await.map_err(|e| step_error(step, e.into()))?;
         let output = encode(step, &value)?;
-        let recorded = steps::record_step(&tx, run_id, token, step, Some(&output)).await?;
+        let (recorded, pid) = steps::record_step_on_backend(&tx, run_id, token, step, Some(&output)).await?;
         if !recorded {
             return Err(Error::InvalidArgument(format!("step {step:?} of run {run_id} was recorded before")));
         }
-        let commit = async { Ok((tx.commit().await?, None)) };
+        // Acknowledged only if its synchronous-replication wait was not cancelled, like a
+        // FencedTransaction's commit.
+        let commit = async { Ok((tx.commit().await?, Some(pid))) };
         replication::acknowledged("a durable step's commit", commit).await?;
         replay.push(step, Some(output));
         Ok(value)
