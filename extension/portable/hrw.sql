@@ -258,7 +258,7 @@ COMMENT ON TABLE rendezvous._host_hashes IS 'Portable edition: each host''s HRW 
 -- any other table. (0.3.0 made them SECURITY DEFINER and executable by PUBLIC: a host attached
 -- one to a table of its own whose host_id had its own type with an implicit cast to text, and
 -- its cast ran as the owner, #39.)
-CREATE FUNCTION rendezvous._check_hosts_trigger(schema_name name, table_name name) RETURNS void
+CREATE FUNCTION rendezvous._check_hosts_trigger(schema_name text, table_name text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -275,7 +275,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA::text, TG_TABLE_NAME::text);
     INSERT INTO rendezvous._host_hashes (host_id, hash)
     VALUES (NEW.host_id, rendezvous._host_hash(NEW.host_id))
     ON CONFLICT (host_id) DO NOTHING;
@@ -288,7 +288,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    PERFORM rendezvous._check_hosts_trigger(TG_TABLE_SCHEMA::text, TG_TABLE_NAME::text);
     -- Nested: the transition table exists only for the DELETE trigger.
     IF TG_OP = 'DELETE' THEN
         DELETE FROM rendezvous._host_hashes x USING gone g WHERE x.host_id = g.host_id;
