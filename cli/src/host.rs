@@ -203,11 +203,8 @@ async fn run_work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<()
         Ok::<_, rendezvous_client::Error>(())
     })
     .await?;
-    let (save_tag, save_host) = (tag.clone(), host.clone());
-    job.step_tx("save", async |tx| {
-        tx.execute(sql::FLEET_ANSWER, &[&&*save_tag, &run_id, &token, &save_host]).await
-    })
-    .await?;
+    job.step_tx("save", async |tx| tx.execute(sql::FLEET_ANSWER, &[&&*tag, &run_id, &token, &host]).await)
+        .await?;
     let _: () = job.step("answer", step_call(&job, &tag, "answer", 0)).await?;
     let tx = job.transaction().await?;
     tx.execute(sql::FLEET_RUN_EFFECT, &[&&*tag, &run_id, &token, &host]).await?;

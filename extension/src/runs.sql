@@ -308,8 +308,7 @@ COMMENT ON FUNCTION rendezvous.release_run(bigint, bigint) IS
     'Gives a running run back unfinished (its attempt not counted), so another host claims it at once; false for a stale token.';
 
 -- The RZ001 a stale token gets, given the run's state and token as read (a NULL state: no
--- such run). One home
--- for the messages of assert_run and of every fenced call of a holder.
+-- such run). One home for the messages of assert_run and of every fenced call of a holder.
 CREATE FUNCTION rendezvous._refuse_stale_run(run_id bigint, token bigint, state text, current_token bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE

@@ -59,16 +59,26 @@ END
 $$;
 
 -- The holder gives its slot back until `until`, waiting for what `waiting_for` names: pending,
--- no holder, the attempt not counted.
-CREATE FUNCTION rendezvous._park_run(run_id bigint, until timestamptz, waiting_for text) RETURNS void
-LANGUAGE sql VOLATILE
+-- no holder, the attempt not counted, made durable; true. False, changing nothing, when
+-- `until` has passed already. One home for the parking of sleep_run, await_signal and
+-- await_children.
+CREATE FUNCTION rendezvous._park_run(run_id bigint, until timestamptz, waiting_for text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+#variable_conflict use_column
+BEGIN
+    IF _park_run.until <= pg_catalog.clock_timestamp() THEN
+        RETURN false;
+    END IF;
     UPDATE rendezvous.runs r
        SET state = 'pending', runnable_at = _park_run.until, waiting_for = _park_run.waiting_for,
            attempts = greatest(r.attempts - 1, 0), holder = NULL, lease_until = NULL, holder_pid = NULL,
            holder_started = NULL, updated_at = pg_catalog.clock_timestamp()
-     WHERE r.run_id = _park_run.run_id
+     WHERE r.run_id = _park_run.run_id;
+    PERFORM rendezvous._durable_commit();
+    RETURN true;
+END
 $$;
 
 -- Records a finished step of a run the caller holds: true, or false when the step was
@@ -129,12 +139,7 @@ AS $$
 BEGIN
     PERFORM rendezvous._check_until(sleep_run.until);
     PERFORM rendezvous._hold_run(sleep_run.run_id, sleep_run.token);
-    IF sleep_run.until <= pg_catalog.clock_timestamp() THEN
-        RETURN false;
-    END IF;
-    PERFORM rendezvous._park_run(sleep_run.run_id, sleep_run.until, 'sleep');
-    PERFORM rendezvous._durable_commit();
-    RETURN true;
+    RETURN rendezvous._park_run(sleep_run.run_id, sleep_run.until, 'sleep');
 END
 $$;
 COMMENT ON FUNCTION rendezvous.sleep_run(bigint, bigint, timestamptz) IS
@@ -199,12 +204,10 @@ BEGIN
     SELECT s.payload INTO got FROM rendezvous.signals s WHERE s.run_id = await_signal.run_id AND s.name = await_signal.name;
     IF FOUND THEN
         RETURN ROW('received', got)::rendezvous.run_wait;
-    ELSIF await_signal.until <= pg_catalog.clock_timestamp() THEN
-        RETURN ROW('timed_out', NULL)::rendezvous.run_wait;
+    ELSIF rendezvous._park_run(await_signal.run_id, await_signal.until, 'signal:' || await_signal.name) THEN
+        RETURN ROW('parked', NULL)::rendezvous.run_wait;
     END IF;
-    PERFORM rendezvous._park_run(await_signal.run_id, await_signal.until, 'signal:' || await_signal.name);
-    PERFORM rendezvous._durable_commit();
-    RETURN ROW('parked', NULL)::rendezvous.run_wait;
+    RETURN ROW('timed_out', NULL)::rendezvous.run_wait;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.await_signal(bigint, bigint, text, timestamptz) IS
@@ -286,12 +289,10 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM rendezvous.runs c
                     WHERE c.parent_run_id = await_children.run_id AND c.state IN ('pending', 'running')) THEN
         RETURN ROW('finished', NULL)::rendezvous.run_wait;
-    ELSIF await_children.until <= pg_catalog.clock_timestamp() THEN
-        RETURN ROW('timed_out', NULL)::rendezvous.run_wait;
+    ELSIF rendezvous._park_run(await_children.run_id, await_children.until, 'children') THEN
+        RETURN ROW('parked', NULL)::rendezvous.run_wait;
     END IF;
-    PERFORM rendezvous._park_run(await_children.run_id, await_children.until, 'children');
-    PERFORM rendezvous._durable_commit();
-    RETURN ROW('parked', NULL)::rendezvous.run_wait;
+    RETURN ROW('timed_out', NULL)::rendezvous.run_wait;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.await_children(bigint, bigint, timestamptz) IS

@@ -270,16 +270,11 @@ async fn a_durable_sleep_consumes_no_attempt_and_resumes_on_another_host() {
         .unwrap();
     let policy = RetryPolicy { max_attempts: 1, backoff: Duration::ZERO };
     let run = runs::spawn_run_with_policy(&client, "acme", "napper", &json!({}), None, policy).await.unwrap();
-    let asleep = Instant::now() + Duration::from_secs(10);
-    loop {
-        let row = client
-            .query_one("SELECT waiting_for FROM rendezvous.runs WHERE run_id = $1", &[&run.run_id])
-            .await;
-        if row.unwrap().get::<_, Option<String>>(0).as_deref() == Some("sleep") {
-            break;
-        }
-        assert!(Instant::now() < asleep, "the run never went to sleep");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    wait_for_waiting(&client, run.run_id, "sleep").await;
+    // The handler returns (and the worker counts the park) just after the park commits.
+    let counted = Instant::now() + Duration::from_secs(5);
+    while first.stats().parked == 0 && Instant::now() < counted {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(first.stats().parked, 1);
     first.shutdown(Duration::from_secs(5)).await.unwrap();

@@ -125,6 +125,13 @@ def start(cmd):
     return p
 
 
+def go(hosts):
+    """Tells DBOS hosts waiting on stdin (modes direct and recover) to start their workflows."""
+    for p in hosts:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+
+
 def stop(hosts):
     samples = []
     for p in hosts:
@@ -186,9 +193,7 @@ def throughput_dbos(db, url, c, mode):
     share = [BACKLOG // HOSTS + (1 if i < BACKLOG % HOSTS else 0) for i in range(HOSTS)]
     hosts = [start(dbos_cmd(url, f"p{h}", mode, c, 0, share[h])) for h in range(HOSTS)]
     if mode == "direct":
-        for p in hosts:
-            p.stdin.write("go\n")
-            p.stdin.flush()
+        go(hosts)
     return drain_rate(db, DBOS_DONE, BACKLOG), stop(hosts)
 
 
@@ -260,9 +265,7 @@ def recovery(url, bin_):
     # wait 5 s; start p0 again with its executor id.
     reset(db)
     hosts = {f"p{h}": start(dbos_cmd(url, f"p{h}", "recover", 4, 1000, 0)) for h in range(HOSTS)}
-    for p in hosts.values():
-        p.stdin.write("go\n")
-        p.stdin.flush()
+    go(hosts.values())
     time.sleep(1.5)
     ids = held_by(db, "dbos", "p0")
     hosts["p0"].kill()

@@ -10,6 +10,7 @@ use tokio_postgres::error::SqlState;
 
 use super::job::{Job, Work};
 use super::stats::Counters;
+use super::steps::until_cancelled;
 #[cfg(test)]
 use super::BoxError;
 use super::Shared;
@@ -144,11 +145,8 @@ async fn run_job(
     };
     let handled = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
     // Cancelled: the handler is told (Job::cancelled) and has cancel_grace to return.
-    let mut watch = told.clone();
     let cut_off = async {
-        if watch.wait_for(|c| *c).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        until_cancelled(told.clone()).await;
         tokio::time::sleep(shared.options.cancel_grace).await;
     };
     // Renewals run beside the handler on the side connection, never in its way.

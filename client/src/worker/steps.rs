@@ -355,10 +355,7 @@ impl Job {
     /// channel `rendezvous_cancel`); never for a run that is not. Select on it to stop work
     /// early; a handler that does not return within the worker's `cancel_grace` is dropped.
     pub async fn cancelled(&self) {
-        let mut cancel = self.cancel.clone();
-        if cancel.wait_for(|c| *c).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        until_cancelled(self.cancel.clone()).await
     }
 
     /// Whether the run was cancelled (see [`cancelled`](Self::cancelled)).
@@ -377,6 +374,14 @@ impl Job {
     fn parked(&self, run_id: i64, waiting_for: &str) -> Error {
         self.parked.store(true, Ordering::SeqCst);
         Error::Parked { run_id, waiting_for: waiting_for.to_owned() }
+    }
+}
+
+/// Resolves when `cancel` turns true; never when its run ends uncancelled (the switch is then
+/// dropped). What `Job::cancelled` and the executor's cut-off wait for.
+pub(super) async fn until_cancelled(mut cancel: tokio::sync::watch::Receiver<bool>) {
+    if cancel.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
