@@ -22,7 +22,7 @@ ALTER TABLE bench_plain_runs ALTER run_id ADD GENERATED ALWAYS AS IDENTITY;
 CREATE UNIQUE INDEX ON bench_plain_runs (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL;
 CREATE INDEX ON bench_plain_runs (updated_at) WHERE state IN ('succeeded', 'failed', 'cancelled');";
 
-const FRESH: &str = "TRUNCATE rendezvous.runs, bench_plain_runs; CHECKPOINT;";
+const FRESH: &str = "TRUNCATE rendezvous.runs, bench_plain_runs CASCADE; CHECKPOINT;";
 
 const PLAIN_INSERT: &str = "INSERT INTO bench_plain_runs (tenant_id, workflow_ref, input, dispatch_key)
      VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING

@@ -2,7 +2,7 @@
 //! trivial `workflow` handler,
 //! 1. throughput: a backlog of admitted runs drained at 1, 4 and 16 concurrent handlers per
 //!    host (default durability), runs executed per second, with the client's defaults and with
-//!    a local queue of runs claimed ahead (`prefetch`);
+//!    a local queue of runs kept full (`prefetch` 500 with no `queue_horizon`);
 //! 2. pickup latency: runs admitted at a steady rate while the hosts idle, from the admission's
 //!    acknowledgement to the handler's start (both on this machine's clock), p50 and p99.
 //!
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use rendezvous_client::{Job, Worker, WorkerOptions};
 
 const HOSTS: usize = 4;
-/// The runtime's fastest configuration here: runs claimed ahead into a local queue per host
-/// (`WorkerOptions::prefetch`), the size of graphile-worker's local queue measured beside it.
+/// The runtime's fastest configuration here: a local queue per host kept full
+/// (`WorkerOptions::prefetch`, no `queue_horizon`), the size of graphile-worker's local queue beside it.
 const PREFETCH: usize = 500;
 const BACKLOG: i64 = 10_000;
 /// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
@@ -30,17 +30,14 @@ type Starts = Arc<Mutex<HashMap<i64, Instant>>>;
 async fn hosts(
     url: &str,
     per_host: usize,
-    prefetch: usize,
+    options: WorkerOptions,
     executed: Arc<AtomicU64>,
     starts: Option<Starts>,
 ) -> Vec<Worker> {
     let mut out = Vec::new();
     for h in 0..HOSTS {
         let (executed, starts) = (executed.clone(), starts.clone());
-        let options = WorkerOptions::default()
-            .with_max_concurrent(per_host)
-            .with_heartbeat(Duration::from_secs(1))
-            .with_prefetch(prefetch);
+        let options = options.clone().with_max_concurrent(per_host).with_heartbeat(Duration::from_secs(1));
         let scheduler = Worker::builder(url, format!("host-{h}"))
             .options(options)
             .workflow("noop", move |job: Job| {
@@ -67,9 +64,9 @@ async fn succeeded(admin: &tokio_postgres::Client) -> i64 {
 }
 
 /// Runs per second draining a backlog of `BACKLOG` runs with `per_host` handlers on each host.
-async fn throughput(url: &str, per_host: usize, prefetch: usize) -> f64 {
+async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> f64 {
     let admin = rendezvous_client::connect(url).await.unwrap();
-    admin.batch_execute("TRUNCATE rendezvous.runs; CHECKPOINT;").await.unwrap();
+    admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
     admin
         .execute(
             "SELECT rendezvous.spawn_run('bench', 'noop') FROM generate_series(1::int8, $1::int8)",
@@ -79,7 +76,7 @@ async fn throughput(url: &str, per_host: usize, prefetch: usize) -> f64 {
         .unwrap();
     let executed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let fleet = hosts(url, per_host, prefetch, executed, None).await;
+    let fleet = hosts(url, per_host, options, executed, None).await;
     while succeeded(&admin).await < BACKLOG {
         assert!(started.elapsed() < Duration::from_secs(600), "the backlog was not drained in 10 minutes");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -94,9 +91,10 @@ async fn throughput(url: &str, per_host: usize, prefetch: usize) -> f64 {
 /// Pickup latency of runs admitted at a steady rate to idle hosts: p50 and p99.
 async fn pickup(url: &str) -> (Duration, Duration, usize) {
     let admin = rendezvous_client::connect(url).await.unwrap();
-    admin.batch_execute("TRUNCATE rendezvous.runs").await.unwrap();
+    admin.batch_execute("TRUNCATE rendezvous.runs CASCADE").await.unwrap();
     let starts: Starts = Arc::default();
-    let fleet = hosts(url, 4, 0, Arc::new(AtomicU64::new(0)), Some(starts.clone())).await;
+    let fleet =
+        hosts(url, 4, WorkerOptions::default(), Arc::new(AtomicU64::new(0)), Some(starts.clone())).await;
     tokio::time::sleep(Duration::from_secs(2)).await; // all joined and idle
     let mut admitted = Vec::new();
     let every = Duration::from_secs(1) / ARRIVALS_PER_SECOND as u32;
@@ -133,15 +131,18 @@ async fn main() {
         return;
     };
     println!("Runs executed by {HOSTS} Worker hosts (trivial handler), a backlog of {BACKLOG} runs\n");
-    println!("| handlers per host | handlers in all | runs/s, defaults | runs/s, prefetch {PREFETCH} |");
+    println!(
+        "| handlers per host | handlers in all | runs/s, defaults | runs/s, a full queue of {PREFETCH} |"
+    );
     println!("|---:|---:|---:|---:|");
     // RUNS_BENCH_HANDLERS="1 4" measures only those cases (while looking into one).
     let cases: Vec<usize> = std::env::var("RUNS_BENCH_HANDLERS")
         .map(|v| v.split_whitespace().map(|n| n.parse().expect("RUNS_BENCH_HANDLERS: numbers")).collect())
         .unwrap_or_else(|_| vec![1, 4, 16]);
     for per_host in cases {
-        let plain = throughput(&url, per_host, 0).await;
-        let ahead = throughput(&url, per_host, PREFETCH).await;
+        let plain = throughput(&url, per_host, WorkerOptions::default()).await;
+        let full = WorkerOptions::default().with_prefetch(PREFETCH).with_queue_horizon(None);
+        let ahead = throughput(&url, per_host, full).await;
         println!("| {per_host} | {} | {plain:.0} | {ahead:.0} |", per_host * HOSTS);
     }
     let (p50, p99, n) = pickup(&url).await;

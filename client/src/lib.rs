@@ -23,7 +23,7 @@
 //! | what | where |
 //! |---|---|
 //! | connections that heal, check the extension | [`Pool`], [`check_extension`]; one plain connection: [`connect`], [`connect_as`] |
-//! | idempotent run admission | [`spawn_run`], and the rest of [`runs`] |
+//! | idempotent run admission | [`spawn_run`], [`spawn_runs`] (a batch), and the rest of [`runs`] |
 //! | membership heartbeat, live set | [`Membership`], and the rest of [`membership`] |
 //! | one leader per group | [`LeaderElector`], and the rest of [`leader`] |
 //! | the work runtime: recurring tasks on the database's clock, admitted runs | [`Worker`], and the rest of [`worker`]; tasks in [`task`], runs in [`runs`] |
@@ -99,7 +99,7 @@ pub use hrw::{HostSet, WeightError};
 pub use leader::{CurrentLeader, LeaderClaim, LeaderElector, LeaderOptions, Leadership};
 pub use membership::{HeartbeatStatus, LiveView, Membership, MembershipOptions};
 pub use pool::{Pool, PoolOptions, PoolStatus, PooledClient};
-pub use runs::{spawn_run, Admission, RetryPolicy, RunClaim};
+pub use runs::{spawn_run, spawn_runs, Admission, NewRun, RetryPolicy, RunClaim};
 #[allow(deprecated)]
 pub use schedule::{Scheduler, SchedulerOptions, SchedulerStats};
 pub use task::{CatchUp, Overlap, TaskSpec};

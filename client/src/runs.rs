@@ -118,9 +118,7 @@ async fn spawn(
 ) -> Result<Admission> {
     let input = serde_json::to_value(input).map_err(|e| Error::InvalidArgument(format!("input: {e}")))?;
     let started = std::time::Instant::now();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
+    let admission = retrying_serialization(client, "spawn_run", || async {
         let call = async {
             let row = match policy {
                 None => {
@@ -142,21 +140,35 @@ async fn spawn(
             let pid = row.get(3);
             Ok((row, Some(pid)))
         };
-        match replication::acknowledged("spawn_run", call).await {
-            Ok(row) => {
-                let admission =
-                    Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) };
-                let result = if admission.created { "created" } else { "deduplicated" };
-                metrics::counter!(signals::ADMISSIONS, "result" => result).increment(1);
-                signals::seconds(signals::ADMISSION_DURATION, started.elapsed());
-                tracing::debug!(tenant_id, dispatch_key, run_id = admission.run_id, result, "admitted");
-                return Ok(admission);
-            }
+        let row = replication::acknowledged("spawn_run", call).await?;
+        Ok(Admission { run_id: row.get(0), created: row.get(1), same_request: row.get(2) })
+    })
+    .await?;
+    let result = if admission.created { "created" } else { "deduplicated" };
+    metrics::counter!(signals::ADMISSIONS, "result" => result).increment(1);
+    signals::seconds(signals::ADMISSION_DURATION, started.elapsed());
+    tracing::debug!(tenant_id, dispatch_key, run_id = admission.run_id, result, "admitted");
+    Ok(admission)
+}
+
+/// Runs one admission call, retrying a serialization failure (40001) up to
+/// [`SERIALIZATION_RETRIES`] times when the call is its own transaction; inside the caller's
+/// transaction a retry cannot succeed, so the failure is returned for the caller to retry.
+async fn retrying_serialization<T, F, Fut>(client: &impl GenericClient, what: &str, mut call: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match call().await {
+            Ok(answer) => return Ok(answer),
             Err(Error::Db(e))
                 if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE)
                     && attempt <= SERIALIZATION_RETRIES =>
             {
-                tracing::debug!(attempt, "spawn_run: serialization failure, retrying");
+                tracing::debug!(attempt, what, "serialization failure, retrying");
                 metrics::counter!(signals::ADMISSION_RETRIES).increment(1);
                 // Inside the caller's transaction a retry cannot succeed: probe cheaply and
                 // hand the original error back.
@@ -170,6 +182,115 @@ async fn spawn(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// One run of a batch for [`spawn_runs`]: what [`spawn_run`] takes per run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun<'a> {
+    /// The workflow that runs it.
+    pub workflow_ref: &'a str,
+    /// Its input (`{}` for none).
+    pub input: serde_json::Value,
+    /// Its dispatch key: a repeat (in this batch, an earlier one, or a concurrent caller's)
+    /// gets the first run back.
+    pub dispatch_key: Option<&'a str>,
+    /// How it is retried.
+    pub policy: RetryPolicy,
+}
+
+impl<'a> NewRun<'a> {
+    /// A run of `workflow_ref` with no input, no dispatch key and the default retry policy.
+    pub fn new(workflow_ref: &'a str) -> Self {
+        NewRun {
+            workflow_ref,
+            input: serde_json::json!({}),
+            dispatch_key: None,
+            policy: RetryPolicy::default(),
+        }
+    }
+
+    /// Sets its input.
+    #[must_use]
+    pub fn input(mut self, input: serde_json::Value) -> Self {
+        self.input = input;
+        self
+    }
+
+    /// Sets its dispatch key.
+    #[must_use]
+    pub fn dispatch_key(mut self, dispatch_key: &'a str) -> Self {
+        self.dispatch_key = Some(dispatch_key);
+        self
+    }
+
+    /// Sets its retry policy.
+    #[must_use]
+    pub fn policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+}
+
+/// Admits many runs for `tenant_id` in one statement and one round trip
+/// (`rendezvous.spawn_runs`): each as [`spawn_run`] would, with the same guarantee per
+/// dispatch key under any concurrency. Answers in the order given; a key repeated within the
+/// batch is admitted at its first occurrence and answered as a repeat after it. At most 10,000
+/// runs a call. Serialization failures are retried as [`spawn_run`] retries them.
+///
+/// ```no_run
+/// use rendezvous_client::runs::{spawn_runs, NewRun};
+///
+/// # async fn run() -> rendezvous_client::Result<()> {
+/// let client = rendezvous_client::connect("postgres://app@db.internal/app").await?;
+/// // A consumer's batch: each message's id is its dispatch key.
+/// let messages = [("msg-1", 17), ("msg-2", 18), ("msg-1", 17)];
+/// let batch: Vec<NewRun> = messages
+///     .iter()
+///     .map(|(id, ticket)| NewRun::new("triage").input(serde_json::json!({ "ticket": ticket })).dispatch_key(id))
+///     .collect();
+/// let admitted = spawn_runs(&client, "tenant-1", &batch).await?;
+/// assert_eq!(admitted[0].run_id, admitted[2].run_id); // msg-1 redelivered in the batch
+/// # Ok(())
+/// # }
+/// ```
+#[tracing::instrument(level = "debug", skip_all, fields(tenant_id = tenant_id, runs = runs.len()))]
+pub async fn spawn_runs(
+    client: &impl GenericClient,
+    tenant_id: &str,
+    runs: &[NewRun<'_>],
+) -> Result<Vec<Admission>> {
+    let refs: Vec<&str> = runs.iter().map(|r| r.workflow_ref).collect();
+    let inputs: Vec<&serde_json::Value> = runs.iter().map(|r| &r.input).collect();
+    let keys: Vec<Option<&str>> = runs.iter().map(|r| r.dispatch_key).collect();
+    let attempts: Vec<i32> = runs.iter().map(|r| r.policy.max_attempts).collect();
+    let backoffs: Vec<f64> = runs.iter().map(|r| r.policy.backoff.as_secs_f64()).collect();
+    let started = std::time::Instant::now();
+    let rows = retrying_serialization(client, "spawn_runs", || async {
+        let call = async {
+            let rows = sql::query(
+                client,
+                sql::SPAWN_RUNS,
+                &[&tenant_id, &refs, &inputs, &keys, &attempts, &backoffs],
+            )
+            .await
+            .map_err(Error::Db)?;
+            let pid = rows.first().map(|r| r.get(4));
+            Ok((rows, pid))
+        };
+        replication::acknowledged("spawn_runs", call).await
+    })
+    .await?;
+    let mut out = vec![Admission { run_id: 0, created: false, same_request: false }; runs.len()];
+    for r in rows {
+        out[(r.get::<_, i32>(0) - 1) as usize] =
+            Admission { run_id: r.get(1), created: r.get(2), same_request: r.get(3) };
+    }
+    let created = out.iter().filter(|a| a.created).count() as u64;
+    metrics::counter!(signals::ADMISSIONS, "result" => "created").increment(created);
+    metrics::counter!(signals::ADMISSIONS, "result" => "deduplicated").increment(out.len() as u64 - created);
+    signals::seconds(signals::ADMISSION_DURATION, started.elapsed());
+    tracing::debug!(tenant_id, runs = out.len(), created, "admitted a batch");
+    Ok(out)
 }
 
 /// Deletes finished runs last updated more than `older_than` ago; returns how many. A

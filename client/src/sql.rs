@@ -165,6 +165,14 @@ crate::sql_statements! {
                                  pg_catalog.make_interval(secs => $6::float8))"
         (TEXT, TEXT, JSONB, TEXT, INT4, FLOAT8)
         -> ("run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
+    /// Batch admission: `$1` tenant, `$2` workflow_refs, `$3` inputs, `$4` dispatch keys (NULL
+    /// elements: none), `$5` max attempts, `$6` backoffs in seconds.
+    SPAWN_RUNS = "SELECT ord, run_id, created, same_request, pg_catalog.pg_backend_pid()
+       FROM rendezvous.spawn_runs($1::text, $2::text[], $3::jsonb[], $4::text[], $5::int4[],
+                                  (SELECT pg_catalog.array_agg(pg_catalog.make_interval(secs => s) ORDER BY i)
+                                     FROM pg_catalog.unnest($6::float8[]) WITH ORDINALITY AS b(s, i)))"
+        (TEXT, TEXT_ARRAY, JSONB_ARRAY, TEXT_ARRAY, INT4_ARRAY, FLOAT8_ARRAY)
+        -> ("ord": INT4, "run_id": INT8, "created": BOOL, "same_request": BOOL, "pg_backend_pid": INT4);
     /// Run claims: `$1` host, `$2` max, `$3` lease in seconds, `$4` workflow refs (NULL: any),
     /// `$5` grace per rank in seconds.
     CLAIM_RUNS = "SELECT run_id, token, tenant_id, workflow_ref, input, attempt, pg_catalog.pg_backend_pid()

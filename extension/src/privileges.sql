@@ -242,3 +242,8 @@ GRANT EXECUTE ON FUNCTION
     rendezvous.await_children(bigint, bigint, timestamptz), rendezvous.set_run_progress(bigint, bigint, jsonb)
     TO rendezvous_host;
 GRANT EXECUTE ON FUNCTION rendezvous.run_steps(bigint), rendezvous.run_children(bigint) TO rendezvous_observer;
+
+-- Batch admission (0.4.0): as spawn_run, to hosts.
+ALTER FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) TO rendezvous_host;

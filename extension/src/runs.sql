@@ -20,19 +20,42 @@ COMMENT ON TYPE rendezvous.run_claim IS
 -- Running runs whose holder is gone (its session ended, or its lease ran out) go back to
 -- pending, runnable at once, or fail for good when that was their last attempt. Rows another
 -- session holds a lock on are skipped: they are being changed right now. Returns how many
--- runs became runnable.
+-- runs became runnable. Every claim calls it, so it costs the holders, not the running runs:
+-- the distinct holder sessions are read by skipping through runs_holders (one probe each) and
+-- checked once each, the earliest lease is one probe of runs_running, and only when a holder
+-- is gone or a lease has ended are the running runs walked.
 CREATE FUNCTION rendezvous._recover_runs(now_ timestamptz) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    gone_pids integer[];
+    gone_started timestamptz[];
     runnable integer;
     parents bigint[];
 BEGIN
+    WITH RECURSIVE holders AS (
+        (SELECT r.holder_pid AS pid, r.holder_started AS started FROM rendezvous.runs r
+          WHERE r.state = 'running' AND r.holder_pid IS NOT NULL AND r.holder_started IS NOT NULL
+          ORDER BY r.holder_pid, r.holder_started LIMIT 1)
+        UNION ALL
+        SELECT n.pid, n.started FROM holders h, LATERAL (
+            SELECT r.holder_pid AS pid, r.holder_started AS started FROM rendezvous.runs r
+             WHERE r.state = 'running' AND r.holder_pid IS NOT NULL AND r.holder_started IS NOT NULL
+               AND (r.holder_pid, r.holder_started) > (h.pid, h.started)
+             ORDER BY r.holder_pid, r.holder_started LIMIT 1) n
+    )
+    SELECT array_agg(h.pid), array_agg(h.started) INTO gone_pids, gone_started
+      FROM holders h WHERE rendezvous._holder_gone(h.pid, h.started);
+    IF gone_pids IS NULL AND NOT EXISTS (SELECT 1 FROM rendezvous.runs r
+                                          WHERE r.state = 'running' AND r.lease_until <= now_) THEN
+        RETURN 0;
+    END IF;
     WITH gone AS (
         SELECT r.run_id FROM rendezvous.runs r
          WHERE r.state = 'running'
-           AND (r.lease_until <= now_ OR rendezvous._holder_gone(r.holder_pid, r.holder_started))
+           AND (r.lease_until <= now_
+                OR (r.holder_pid, r.holder_started) IN (SELECT * FROM unnest(gone_pids, gone_started)))
          ORDER BY r.run_id
            FOR UPDATE SKIP LOCKED
     ), moved AS (

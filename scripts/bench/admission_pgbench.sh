@@ -39,7 +39,7 @@ SQL
 # case starts on empty tables after a checkpoint, so no way pays for rows or dirty pages
 # another one left.
 tps() {
-  cluster_psql -d postgres -q -c "TRUNCATE rendezvous.runs, bench_plain_runs, rendezvous.firings, bench_plain_firings" \
+  cluster_psql -d postgres -q -c "TRUNCATE rendezvous.runs, bench_plain_runs, rendezvous.firings, bench_plain_firings CASCADE" \
     -c "CHECKPOINT"
   PGOPTIONS="${4:-}" "$pgbench" -n -M "$2" -c "$3" -j "$(( $3 < 2 ? $3 : 2 ))" -T "$seconds" \
     -f "$work/$1.sql" -d postgres 2>/dev/null | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'

@@ -11,6 +11,8 @@ ALTER TABLE rendezvous.runs
     ADD COLUMN progress      jsonb,
     ADD COLUMN parent_run_id bigint;
 CREATE INDEX runs_parent ON rendezvous.runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
+-- The sessions holding running runs: recovery reads them instead of every running run.
+CREATE INDEX runs_holders ON rendezvous.runs (holder_pid, holder_started) WHERE state = 'running';
 COMMENT ON COLUMN rendezvous.runs.waiting_for IS
     'What a parked run waits for (sleep, signal:<name>, children) until runnable_at; NULL otherwise.';
 COMMENT ON COLUMN rendezvous.runs.progress IS 'What the holder last said it is doing (set_run_progress).';

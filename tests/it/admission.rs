@@ -1,7 +1,7 @@
 //! Idempotent spawn admission through the client: a key's life from first spawn to redelivery, and more.
 use std::sync::Arc;
 
-use rendezvous_client::{runs, spawn_run, Admission};
+use rendezvous_client::{runs, spawn_run, Admission, NewRun};
 use rendezvous_tests::TestDb;
 use serde_json::json;
 use tokio::sync::Barrier;
@@ -197,4 +197,117 @@ async fn bad_admission_input_gets_a_sqlstate() {
     }
     let n: i64 = client.query_one("SELECT count(*) FROM rendezvous.runs", &[]).await.unwrap().get(0);
     assert_eq!(n, 0, "nothing was admitted by a refused call");
+}
+
+/// Batch admission under contention: 16 callers on 16 connections each send 20 batches of 60
+/// runs whose dispatch keys overlap every other caller's (and repeat within a batch; some runs
+/// have no key), alongside single spawn_run calls on the same keys. Every key is admitted once:
+/// one answer says created, every answer names the same run, the table holds one row per key;
+/// no batch deadlocks; every keyless run is its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn batches_admit_each_key_once_under_16_concurrent_callers() {
+    const CALLERS: usize = 16;
+    const BATCHES: usize = 20;
+    const KEYS: usize = 400;
+    let db = TestDb::new("admission_batches").await;
+    let barrier = Arc::new(Barrier::new(CALLERS));
+    let mut callers = Vec::new();
+    for c in 0..CALLERS {
+        let client = db.connect().await;
+        let barrier = barrier.clone();
+        callers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut answers: Vec<(Option<String>, Admission)> = Vec::new();
+            for b in 0..BATCHES {
+                // Keys from a window that slides differently per caller, one repeated, every
+                // tenth run keyless.
+                let keys: Vec<Option<String>> = (0..60)
+                    .map(|i| (i % 10 != 9).then(|| format!("k{}", (c * 37 + b * 53 + (i % 59) * 7) % KEYS)))
+                    .collect();
+                let batch: Vec<NewRun> = keys
+                    .iter()
+                    .map(|k| {
+                        let run = NewRun::new("wf").input(json!({ "c": c }));
+                        match k {
+                            Some(k) => run.dispatch_key(k),
+                            None => run,
+                        }
+                    })
+                    .collect();
+                let admitted = runs::spawn_runs(&client, "acme", &batch).await.expect("a batch is admitted");
+                assert_eq!(admitted.len(), batch.len());
+                answers.extend(keys.into_iter().zip(admitted));
+                // A single admission of one of the keys, racing the batches.
+                let key = format!("k{}", (c * 11 + b) % KEYS);
+                let single = spawn_run(&client, "acme", "wf", &json!({ "c": c }), Some(&key)).await.unwrap();
+                answers.push((Some(key), single));
+            }
+            answers
+        }));
+    }
+    let mut by_key: std::collections::HashMap<String, Vec<Admission>> = Default::default();
+    let mut keyless = Vec::new();
+    for caller in callers {
+        for (key, admission) in caller.await.unwrap() {
+            match key {
+                Some(k) => by_key.entry(k).or_default().push(admission),
+                None => keyless.push(admission),
+            }
+        }
+    }
+    let admin = db.connect().await;
+    for (key, answers) in &by_key {
+        assert_eq!(answers.iter().filter(|a| a.created).count(), 1, "{key}: {answers:?}");
+        assert!(answers.iter().all(|a| a.run_id == answers[0].run_id), "{key}: {answers:?}");
+        assert_eq!(runs_with_key(&admin, "acme", key).await, vec![answers[0].run_id], "{key}");
+    }
+    assert!(keyless.iter().all(|a| a.created));
+    let distinct: std::collections::HashSet<i64> = keyless.iter().map(|a| a.run_id).collect();
+    assert_eq!(distinct.len(), keyless.len(), "a keyless run answered twice");
+    let rows: i64 = admin
+        .query_one("SELECT count(*) FROM rendezvous.runs WHERE tenant_id = 'acme'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows as usize, by_key.len() + keyless.len());
+}
+
+/// A batch's answers in its order; a key repeated within it is admitted at its first place; a
+/// repeat says whether it carried the same request; bad elements name their place and SQLSTATE.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_answers_in_order_and_refuses_bad_elements_by_place() {
+    let db = TestDb::new("admission_batch_shape").await;
+    let client = db.connect().await;
+    let first = spawn_run(&client, "acme", "wf", &json!({ "n": 1 }), Some("old")).await.unwrap();
+    let batch = [
+        NewRun::new("wf").input(json!({ "n": 1 })).dispatch_key("old"),
+        NewRun::new("wf").dispatch_key("new"),
+        NewRun::new("other").dispatch_key("new"),
+        NewRun::new("wf"),
+        NewRun::new("wf").input(json!({ "n": 2 })).dispatch_key("old"),
+    ];
+    let a = runs::spawn_runs(&client, "acme", &batch).await.unwrap();
+    assert_eq!(a[0], Admission { run_id: first.run_id, created: false, same_request: true });
+    assert!(a[1].created);
+    assert_eq!(a[2], Admission { run_id: a[1].run_id, created: false, same_request: false });
+    assert!(a[3].created && a[3].run_id != a[1].run_id);
+    assert_eq!(a[4], Admission { run_id: first.run_id, created: false, same_request: false });
+    assert!(runs::spawn_runs(&client, "acme", &[]).await.unwrap().is_empty());
+
+    let refused = |batch: Vec<NewRun<'static>>| {
+        let client = &client;
+        async move { runs::spawn_runs(client, "acme", &batch).await.unwrap_err() }
+    };
+    let e = refused(vec![NewRun::new("wf"), NewRun::new("")]).await;
+    assert_eq!(e.sqlstate(), Some(&SqlState::INVALID_PARAMETER_VALUE), "{e}");
+    assert!(e.to_string().contains("workflow_refs[2]"), "{e}");
+    let policy = runs::RetryPolicy { max_attempts: 0, backoff: std::time::Duration::from_secs(1) };
+    let e = refused(vec![NewRun::new("wf").policy(policy)]).await;
+    assert!(e.to_string().contains("max_attempts[1]"), "{e}");
+    let e = refused((0..10_001).map(|_| NewRun::new("wf")).collect()).await;
+    assert!(e.to_string().contains("at most 10000"), "{e}");
+    let e = runs::spawn_runs(&client, "", &[NewRun::new("wf")]).await.unwrap_err();
+    assert_eq!(e.sqlstate(), Some(&SqlState::INVALID_PARAMETER_VALUE), "{e}");
+    let n: i64 = client.query_one("SELECT count(*) FROM rendezvous.runs", &[]).await.unwrap().get(0);
+    assert_eq!(n, 3, "a refused batch admits nothing");
 }

@@ -379,12 +379,13 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
     assert_eq!(seen.len() as i64, RUNS);
     assert!(seen.values().all(|n| *n == 1), "a run ran twice: {:?}", seen.iter().find(|(_, n)| **n > 1));
 
-    // One slow host: one run at a time, 20 queued; its shutdown (no time to finish) hands all back.
+    // One slow host: one run at a time, 20 queued (kept full: no horizon); its shutdown (no
+    // time to finish) hands all back.
     admin
         .execute("SELECT rendezvous.spawn_run('acme', 'slow', '{}') FROM generate_series(1, 30)", &[])
         .await
         .unwrap();
-    let options = WorkerOptions::default().with_max_concurrent(1).with_prefetch(20);
+    let options = WorkerOptions::default().with_max_concurrent(1).with_prefetch(20).with_queue_horizon(None);
     let slow = Worker::builder(db.url.as_str(), "pf-slow")
         .options(options)
         .workflow("slow", |_job: Job| async {
@@ -411,4 +412,67 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
         .await
         .unwrap();
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (30, 0), "queued runs were not handed back");
+}
+
+/// With the default local queue, a slow host holds about its slots' worth of runs, not a queue
+/// full of work that idle hosts could start: its queue follows the pace it starts runs at. Three
+/// fast hosts and one slow one drain a backlog; sampled throughout, the slow host never holds
+/// more than its one slot and a couple queued, and the fast hosts run nearly all of it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_host_holds_little_that_idle_hosts_could_run() {
+    const RUNS: i64 = 600;
+    let db = TestDb::new("runs_balance").await;
+    let admin = db.connect().await;
+    admin
+        .execute(
+            "SELECT rendezvous.spawn_run('acme', 'bal', '{}') FROM generate_series(1::int8, $1::int8)",
+            &[&RUNS],
+        )
+        .await
+        .unwrap();
+    let ran: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let mut hosts = Vec::new();
+    for (h, slots, pause) in [("bal-slow", 1, 100), ("bal-a", 4, 5), ("bal-b", 4, 5), ("bal-c", 4, 5)] {
+        let ran = ran.clone();
+        let scheduler = Worker::builder(db.url.as_str(), h)
+            .options(WorkerOptions::default().with_max_concurrent(slots))
+            .workflow("bal", move |_job: Job| {
+                *ran.lock().unwrap().entry(h.to_string()).or_default() += 1;
+                async move {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+            .start()
+            .await
+            .unwrap();
+        hosts.push(scheduler);
+    }
+    let started = Instant::now();
+    let mut most_held = 0;
+    loop {
+        let row = admin
+            .query_one(
+                "SELECT count(*) FILTER (WHERE state = 'running' AND holder = 'bal-slow'),
+                        count(*) FILTER (WHERE state = 'succeeded')
+                   FROM rendezvous.runs",
+                &[],
+            )
+            .await
+            .unwrap();
+        most_held = most_held.max(row.get::<_, i64>(0));
+        if row.get::<_, i64>(1) == RUNS {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the backlog was not drained in 60 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for h in hosts {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    let ran = ran.lock().unwrap().clone();
+    let slow = i64::from(ran.get("bal-slow").copied().unwrap_or(0));
+    assert!(most_held <= 3, "the slow host held {most_held} runs at once (1 slot); ran {ran:?}");
+    assert!(slow * 10 <= RUNS, "the slow host ran {slow} of {RUNS}: {ran:?}");
+    assert_eq!(ran.values().sum::<u32>() as i64, RUNS, "{ran:?}");
 }

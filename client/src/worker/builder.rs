@@ -165,6 +165,7 @@ impl WorkerBuilder {
             runs_waiting: AtomicBool::new(false),
             firings_waiting: AtomicBool::new(false),
             queued: Mutex::new(std::collections::VecDeque::new()),
+            run_pace: super::run_source::Pace::default(),
             retention_owner: AtomicBool::new(false),
             cancels: Mutex::new(HashMap::new()),
         });

@@ -41,6 +41,9 @@ pub(super) fn start_queued(shared: &Arc<Shared>, jobs: &mut Vec<JoinHandle<()>>)
         if let Some(due) = q.due {
             signals::seconds(signals::FIRING_START_LATENESS, due.elapsed());
         }
+        if matches!(q.work, Work::Run(_)) {
+            shared.run_pace.started.fetch_add(1, Ordering::Relaxed);
+        }
         jobs.push(start_job(shared.clone(), q.work, q.token, q.attempt, q.lease)?);
     }
 }

@@ -97,6 +97,8 @@ struct Shared {
     /// Work claimed ahead of free slots, oldest claim first: runs (`prefetch`) and the
     /// firings this host ranks first for (up to `FIRINGS_AHEAD_PER_SLOT` a slot).
     queued: Mutex<VecDeque<Queued>>,
+    /// The pace runs start at here, which sizes the local queue of runs.
+    run_pace: run_source::Pace,
     /// This host ranks first for retention in its last view of the live set.
     retention_owner: AtomicBool,
     /// The running runs' cancellation switches, by run id (told on channel rendezvous_cancel).

@@ -69,12 +69,18 @@ pub struct WorkerOptions {
     /// Past it, the connection is dropped and made again (through a multi-host URL, to whichever
     /// server accepts writes). Default 10 s.
     pub call_timeout: Duration,
-    /// Runs claimed ahead of free slots into a local queue, so a handler that finishes starts
-    /// the next run without a look at the database (a claim then fetches many). Queued runs
-    /// are held by this host, their leases running from the claim: one queued for more than
-    /// half its lease is released instead of run, and shutdown releases the queue. It trades
-    /// balance across hosts for throughput with short handlers. Default 0 (none).
+    /// The most runs claimed ahead of free slots into a local queue, so a handler that
+    /// finishes starts the next run without a look at the database (a claim then fetches many).
+    /// How many are queued adapts ([`queue_horizon`](Self::queue_horizon)). Queued runs are
+    /// held by this host, their leases running from the claim: one queued for more than half
+    /// its lease is released instead of run, and shutdown releases the queue. 0: none, each
+    /// look claims only what the free slots take. Default 500.
     pub prefetch: usize,
+    /// How much work the local queue holds: about this long of runs at the pace this host has
+    /// been starting them (up to [`prefetch`](Self::prefetch)), so short handlers get claims of
+    /// hundreds and a slow host holds little that idle hosts could run. `None`: the queue is
+    /// kept full to `prefetch` (the 0.3.0 behaviour of a set `prefetch`). Default 100 ms.
+    pub queue_horizon: Option<Duration>,
     /// How often a retention pass runs ([`retention`](crate::retention): finished firings and
     /// runs and dead hosts older than their settings are deleted, in bounded batches with
     /// pauses). Only the host ranking first for it among the live hosts runs it, on a
@@ -98,7 +104,8 @@ impl Default for WorkerOptions {
             clock: Clock::Database,
             run_lease: Duration::from_secs(30),
             call_timeout: Duration::from_secs(10),
-            prefetch: 0,
+            prefetch: 500,
+            queue_horizon: Some(Duration::from_millis(100)),
             retention: Some(Duration::from_secs(60)),
             cancel_grace: Duration::from_secs(1),
         }
@@ -166,6 +173,13 @@ impl WorkerOptions {
     #[must_use]
     pub fn with_prefetch(mut self, prefetch: usize) -> Self {
         self.prefetch = prefetch;
+        self
+    }
+
+    /// Sets [`queue_horizon`](Self::queue_horizon).
+    #[must_use]
+    pub fn with_queue_horizon(mut self, queue_horizon: Option<Duration>) -> Self {
+        self.queue_horizon = queue_horizon;
         self
     }
 

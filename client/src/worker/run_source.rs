@@ -1,10 +1,10 @@
-//! The worker's second source of work: admitted runs. With the slots the firings left (and,
-//! with `prefetch`, a refill of the local queue once it is half empty), one `claim_runs` call
-//! takes this host's own runs by HRW at once and others' after the rank delay (the database
-//! decides which, on its clock).
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+//! The worker's second source of work: admitted runs. With the slots the firings left and a
+//! refill of the local queue once it is half empty, one `claim_runs` call takes this host's own
+//! runs by HRW at once and others' after the rank delay (the database decides which, on its
+//! clock). The queue's size follows the pace this host starts runs at ([`Pace`]).
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
@@ -34,9 +34,10 @@ pub(super) async fn claim(
     let queued =
         shared.queued.lock().expect("queue lock").iter().filter(|q| matches!(q.work, Work::Run(_))).count();
     let free = shared.slots.available_permits();
-    // What to claim: the free slots (the queue is empty when any is free), and, with
-    // prefetch, a refill of the queue once it is half empty (each claim fetching many).
-    let refill = if queued <= o.prefetch / 2 { o.prefetch - queued } else { 0 };
+    // What to claim: the free slots (the queue is empty when any is free), and a refill of
+    // the queue once it is half empty (each claim fetching many).
+    let target = shared.run_pace.queue_target(o.prefetch, o.queue_horizon);
+    let refill = if queued <= target / 2 { target - queued } else { 0 };
     let want = free + refill;
     let mut all_taken = false;
     let mut next = None;
@@ -83,4 +84,64 @@ pub(super) async fn claim(
         return Ok(RunLook::MoreWaiting);
     }
     Ok(RunLook::NextRunnable(next))
+}
+
+/// The pace this host starts runs at, which sizes its local queue: about `queue_horizon` of
+/// work at that pace, so a claim fetches hundreds where handlers are short, and a host with
+/// slow handlers holds little that another host could start sooner.
+pub(super) struct Pace {
+    /// Runs started here so far.
+    pub(super) started: AtomicU64,
+    /// The last sample: when, the runs started by then, and the smoothed runs per second.
+    sample: Mutex<(Instant, u64, f64)>,
+}
+
+/// The shortest interval a pace is measured over (looks can come much closer together).
+const PACE_SAMPLE: Duration = Duration::from_millis(50);
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace { started: AtomicU64::new(0), sample: Mutex::new((Instant::now(), 0, 0.0)) }
+    }
+}
+
+impl Pace {
+    /// How many runs the local queue should hold now: `horizon` of runs at the recent pace
+    /// (each sample averaged with the last: a change shows within a few looks), at most `cap`;
+    /// always `cap` without a horizon.
+    pub(super) fn queue_target(&self, cap: usize, horizon: Option<Duration>) -> usize {
+        let Some(horizon) = horizon else { return cap };
+        let mut sample = self.sample.lock().expect("pace lock");
+        let (since, started_then, rate) = *sample;
+        let elapsed = since.elapsed();
+        if elapsed >= PACE_SAMPLE {
+            let started = self.started.load(Ordering::Relaxed);
+            let now_rate = started.saturating_sub(started_then) as f64 / elapsed.as_secs_f64();
+            let rate = if rate == 0.0 { now_rate } else { (rate + now_rate) / 2.0 };
+            *sample = (Instant::now(), started, rate);
+        }
+        ((sample.2 * horizon.as_secs_f64()).ceil() as usize).min(cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_follows_the_pace_and_stays_under_its_cap() {
+        let pace = Pace::default();
+        assert_eq!(pace.queue_target(500, None), 500, "no horizon: always full");
+        assert_eq!(pace.queue_target(500, Some(Duration::from_millis(100))), 0, "nothing started yet");
+        // 1,000 runs in ~100 ms: about 10,000 a second, so 100 ms of work is ~1,000, capped at 500.
+        std::thread::sleep(Duration::from_millis(100));
+        pace.started.store(1_000, Ordering::Relaxed);
+        assert_eq!(pace.queue_target(500, Some(Duration::from_millis(100))), 500);
+        // Then nothing for a while: the target halves with each sample.
+        std::thread::sleep(Duration::from_millis(100));
+        let after_idle = pace.queue_target(500, Some(Duration::from_millis(100)));
+        assert!((100..=600).contains(&after_idle), "{after_idle}");
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(pace.queue_target(5_000, Some(Duration::from_millis(100))) < after_idle);
+    }
 }
