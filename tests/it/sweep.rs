@@ -85,6 +85,13 @@ fn values(sql_type: &str) -> &'static [&'static str] {
         ],
         "jsonb" => &["'{}'", "NULL", "'[]'", "'null'", "'\"s\"'"],
         "jsonb[]" => &["ARRAY['{}', '{}']::jsonb[]", "NULL", "'{}'::jsonb[]", "ARRAY[NULL]::jsonb[]"],
+        "interval[]" => &[
+            "ARRAY['1 s', '1 s']::interval[]",
+            "NULL",
+            "'{}'::interval[]",
+            "ARRAY[NULL]::interval[]",
+            "ARRAY['-1 s', 'infinity']::interval[]",
+        ],
         other => panic!("the sweep has no values for SQL type {other}: add some"),
     }
 }
