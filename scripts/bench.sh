@@ -55,6 +55,8 @@ on_cluster() {
     cargo bench --quiet -p "$(package_of "$b")" --bench "$b"
     # Admission also in the server, where the client's round trip cannot hide its cost.
     if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench/admission_pgbench.sh"; fi
+    # Batch admission beside the peers' batch calls (graphile-worker's addJobs, pg-boss's insert).
+    if [ "$b" = admission ]; then "$ROOT_DIR/scripts/bench/runs_peers.sh" admission; fi
     # Runs beside the plain-SQL floor of a worker loop.
     if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_pgbench.sh"; fi
     # And beside the peers on PostgreSQL, graphile-worker and pg-boss.

@@ -1,12 +1,14 @@
 //! Spawn admission throughput and latency, side by side in one run with the floor it cannot
-//! beat: a plain `INSERT … ON CONFLICT DO NOTHING RETURNING` into an identical table.
+//! beat: a plain `INSERT … ON CONFLICT DO NOTHING RETURNING` into an identical table; then batch
+//! admission (`spawn_runs`, 500 runs a call), whose peers' figures (graphile-worker's `addJobs`,
+//! pg-boss's `insert`) `scripts/bench/runs_peers.sh admission` prints beside it.
 //!
 //! Run: `scripts/bench.sh admission` (starts a throwaway cluster), or
 //! `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench admission`.
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rendezvous_client::spawn_run;
+use rendezvous_client::{spawn_run, spawn_runs, NewRun};
 use serde_json::json;
 use tokio::sync::Barrier;
 
@@ -195,4 +197,50 @@ async fn main() {
         );
     }
     admin.batch_execute("DROP TABLE bench_plain_runs").await.unwrap();
+
+    println!(
+        "\nBatch admission: spawn_runs with {BATCH} new runs a call, {}s per case (the peers' batch calls are in scripts/bench/runs_peers.sh admission)\n",
+        PER_CASE.as_secs()
+    );
+    println!("| callers | runs admitted/s, a dispatch key each | runs admitted/s, no keys |");
+    println!("|---:|---:|---:|");
+    for callers in [1, 4, 16] {
+        admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
+        let keyed = batches(&url, callers, true).await;
+        admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
+        let keyless = batches(&url, callers, false).await;
+        println!("| {callers} | {keyed:.0} | {keyless:.0} |");
+    }
+}
+
+/// Runs in a batch admission call.
+const BATCH: usize = 500;
+
+/// `callers` connections, each admitting batches of BATCH new runs for PER_CASE: runs per second.
+async fn batches(url: &str, callers: usize, keyed: bool) -> f64 {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let client = rendezvous_client::connect(url).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            let mut b = 0;
+            while start.elapsed() < PER_CASE {
+                let keys: Vec<String> = (0..BATCH).map(|i| format!("batch/{callers}/{c}/{b}/{i}")).collect();
+                let runs: Vec<NewRun> = keys
+                    .iter()
+                    .map(|k| if keyed { NewRun::new("wf/bench").dispatch_key(k) } else { NewRun::new("wf/bench") })
+                    .collect();
+                let answers = spawn_runs(&client, "bench", &runs).await.unwrap();
+                admitted += answers.iter().filter(|a| a.created).count();
+                b += 1;
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    admitted as f64 / start.elapsed().as_secs_f64()
 }

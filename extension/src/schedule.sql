@@ -353,7 +353,8 @@ $$;
 
 -- The firings that can be claimed now, by the database clock: due, unfinished, not held
 -- under a live lease, not waiting out a retry backoff, of tasks that are not paused. Makes the
--- firings that have come due first. Oldest first, at most max_firings.
+-- firings that have come due first. On-time ones first, then late ones, each oldest first; at
+-- most max_firings.
 CREATE FUNCTION rendezvous.due_firings(max_firings integer DEFAULT 1000)
 RETURNS TABLE (task_id text, fire_at timestamptz, claimable_since timestamptz, attempts integer, failures integer,
                lease interval)
@@ -376,18 +377,36 @@ BEGIN
     -- (one per task when more are due): a backlog after a long gap is made over several
     -- calls, each a short transaction.
     PERFORM rendezvous._make_due_firings(now_, 10000, 10000);
+    -- On-time firings first (fire time less than a minute ago), then the late ones, each
+    -- oldest first: a task catching up a backlog (catch_up = 'all' after an outage) never holds
+    -- other tasks' current firings back. Each half walks firings_open_fire_at for at most
+    -- max_firings rows.
     RETURN QUERY
-        SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease
-          FROM rendezvous.firings f
-          JOIN rendezvous.tasks t ON t.task_id = f.task_id
-         WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
-           AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
-         ORDER BY f.fire_at
+        SELECT x.task_id, x.fire_at, x.lease_until, x.attempts, x.failures, x.lease FROM (
+            (SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease, false AS late
+               FROM rendezvous.firings f
+               JOIN rendezvous.tasks t ON t.task_id = f.task_id
+              WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
+                AND f.fire_at >= now_ - interval '1 minute'
+                AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
+              ORDER BY f.fire_at
+              LIMIT due_firings.max_firings)
+            UNION ALL
+            (SELECT f.task_id, f.fire_at, f.lease_until, f.attempts, f.failures, t.lease, true
+               FROM rendezvous.firings f
+               JOIN rendezvous.tasks t ON t.task_id = f.task_id
+              WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
+                AND f.fire_at < now_ - interval '1 minute'
+                AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
+              ORDER BY f.fire_at
+              LIMIT due_firings.max_firings)
+        ) x
+         ORDER BY x.late, x.fire_at
          LIMIT due_firings.max_firings;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
-    'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
+    'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), those due less than a minute ago first, each part oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
 
 -- When something may next become claimable that is not claimable now: the earliest next fire
 -- time of an active task (it may be past: firings still to be made; _made_ahead() before it

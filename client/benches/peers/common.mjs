@@ -1,9 +1,11 @@
 // What the peers' drivers (graphile.mjs, pgboss.mjs) share: the same shape of measurement as
 // client/benches/runs.rs, so the numbers stand beside ours.
 //
-// A driver is run three ways:
+// A driver is run four ways:
 //   node PEER.mjs throughput       markdown rows: 4 hosts × 1, 4 and 16 handlers drain a backlog
 //   node PEER.mjs pickup           one line: p50/p99 from add acknowledged to handler started
+//   node PEER.mjs admit            markdown rows: 1, 4 and 16 callers add batches of 500 jobs
+//                                  (the peer's batch call) for 4 s each, jobs added per second
 //   node PEER.mjs host N [record]  (internal) one host with N handlers, forked by the driver
 // The database is the one in PEER_DATABASE_URL.
 //
@@ -21,6 +23,10 @@ export const PER_HOST_CASES = (process.env.RUNS_BENCH_HANDLERS ?? '1 4 16').trim
 export const PICKUP_PER_HOST = 4;
 export const ARRIVALS_PER_SECOND = 100;
 export const ARRIVAL_SECONDS = 10;
+// Batch admission, as client/benches/admission.rs measures spawn_runs.
+export const ADMIT_BATCH = 500;
+export const ADMIT_SECONDS = 4;
+export const ADMIT_CALLERS = [1, 4, 16];
 // A case that cannot drain the backlog in this long is reported as such rather than waited for.
 const CASE_LIMIT_MS = Number(process.env.PEERS_CASE_LIMIT_SECONDS ?? 300) * 1000;
 
@@ -35,9 +41,10 @@ export function databaseUrl() {
   return url;
 }
 
-// `peer` is { name, open(url), reset(admin), fill(admin, n), add(admin), remaining(admin),
-// close(admin), host(url, perHost, started) }; `started(id)` is called as each handler starts,
-// and host() resolves to an async stop().
+// `peer` is { name, open(url), reset(admin), fill(admin, n), add(admin), addBatch(admin, keys),
+// remaining(admin), close(admin), host(url, perHost, started) }; `started(id)` is called as each
+// handler starts, and host() resolves to an async stop(). `addBatch` adds one job per key in one
+// call, keyed as the peer allows (`batchKeys` says how).
 export async function main(peer, moduleUrl) {
   const [mode, ...args] = process.argv.slice(2);
   if (mode === 'host') return hostMain(peer, Number(args[0]), args[1] === 'record');
@@ -46,10 +53,32 @@ export async function main(peer, moduleUrl) {
   try {
     if (mode === 'throughput') await throughput(peer, admin, driver);
     else if (mode === 'pickup') await pickup(peer, admin, driver);
-    else throw new Error(`unknown mode ${mode}: throughput, pickup or host`);
+    else if (mode === 'admit') await admit(peer, admin);
+    else throw new Error(`unknown mode ${mode}: throughput, pickup, admit or host`);
   } finally {
     await driver.killAll();
     await peer.close(admin);
+  }
+}
+
+// Callers (concurrent calls on the peer's pool, which has a connection for each) add batches of
+// ADMIT_BATCH new jobs for ADMIT_SECONDS: jobs added per second, one row per number of callers.
+async function admit(peer, admin) {
+  for (const callers of ADMIT_CALLERS) {
+    await peer.reset(admin);
+    const started = performance.now();
+    let added = 0;
+    await Promise.all(
+      Array.from({ length: callers }, async (_, c) => {
+        for (let b = 0; performance.now() - started < ADMIT_SECONDS * 1000; b++) {
+          const keys = Array.from({ length: ADMIT_BATCH }, (_, i) => `k/${callers}/${c}/${b}/${i}`);
+          await peer.addBatch(admin, keys);
+          added += ADMIT_BATCH;
+        }
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    console.log(`| ${peer.name}: ${peer.batchKeys} | ${callers} | ${(added / seconds).toFixed(0)} |`);
   }
 }
 

@@ -25,7 +25,8 @@ const graphile = {
   name: 'graphile-worker',
 
   async open(url) {
-    const utils = await makeWorkerUtils({ connectionString: url, logger });
+    // A connection for each of the admission bench's 16 callers.
+    const utils = await makeWorkerUtils({ connectionString: url, logger, maxPoolSize: 20 });
     await utils.migrate();
     return utils;
   },
@@ -41,6 +42,13 @@ const graphile = {
 
   async add(utils) {
     return (await utils.addJob(TASK, {})).id;
+  },
+
+  // addJobs (one add_jobs call) with a job key each: its idempotency key, as a dispatch key is
+  // ours (a repeated key replaces the waiting job, where ours returns the first run).
+  batchKeys: 'addJobs, a jobKey each',
+  async addBatch(utils, keys) {
+    await utils.addJobs(keys.map((jobKey) => ({ identifier: TASK, payload: {}, jobKey })));
   },
 
   // A completed job is deleted, so what is left in the table is what has not completed.
