@@ -222,13 +222,13 @@ RESET statement_timeout;
 SELECT rendezvous.unschedule_task('year-backlog');
 
 -- A backlog does not starve on-time work: a per-second task 3 hours behind (catch_up 'all':
--- thousands of firings due) beside a minutely task due now; the minutely task's current firing
--- is among the first 100 due, ahead of the backlog, which follows oldest first.
+-- thousands of firings due) beside a per-second task that is on time (catch_up 'latest'): its
+-- current firing is the first due, ahead of the backlog, which follows oldest first.
 SELECT rendezvous.schedule_task('backlog', rendezvous.every('1 second'), catch_up => 'all', catch_up_window => '1 day', overlap => 'allow') IS NOT NULL;
 UPDATE rendezvous.tasks SET next_fire_at = now() - interval '3 hours' WHERE task_id = 'backlog';
 SELECT count(*) > 100 AS backlog_due FROM rendezvous.due_firings(100000) WHERE task_id = 'backlog';
-SELECT rendezvous.schedule_task('current', '* * * * *') IS NOT NULL;
-UPDATE rendezvous.tasks SET next_fire_at = date_trunc('minute', now()) WHERE task_id = 'current';
+SELECT rendezvous.schedule_task('current', rendezvous.every('1 second')) IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = now() - interval '5 seconds' WHERE task_id = 'current';
 SELECT d.task_id, d.place FROM (SELECT task_id, row_number() OVER () AS place FROM rendezvous.due_firings(100)) d WHERE d.task_id = 'current';
 SELECT count(*) AS backlog_in_first_100, min(fire_at) = (SELECT min(fire_at) FROM rendezvous.firings WHERE task_id = 'backlog') AS oldest_first
   FROM rendezvous.due_firings(100) WHERE task_id = 'backlog';
