@@ -229,7 +229,13 @@ async fn batches(url: &str, callers: usize, keyed: bool) -> f64 {
                 let keys: Vec<String> = (0..BATCH).map(|i| format!("batch/{callers}/{c}/{b}/{i}")).collect();
                 let runs: Vec<NewRun> = keys
                     .iter()
-                    .map(|k| if keyed { NewRun::new("wf/bench").dispatch_key(k) } else { NewRun::new("wf/bench") })
+                    .map(|k| {
+                        if keyed {
+                            NewRun::new("wf/bench").dispatch_key(k)
+                        } else {
+                            NewRun::new("wf/bench")
+                        }
+                    })
                     .collect();
                 let answers = spawn_runs(&client, "bench", &runs).await.unwrap();
                 admitted += answers.iter().filter(|a| a.created).count();

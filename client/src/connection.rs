@@ -1,5 +1,7 @@
 //! Opening connections and driving them: the plain [`connect`] helpers, and the watched
 //! connections the long-lived pieces and the [`Pool`](crate::Pool) are made of.
+use std::sync::Arc;
+
 use rendezvous_hrw::ALGORITHM;
 use tokio_postgres::GenericClient;
 
@@ -120,6 +122,66 @@ pub(crate) fn no_answer(limit: std::time::Duration) -> Error {
     Error::Disconnected(format!("the database gave no answer within {limit:?}"))
 }
 
+/// Ends a connection from the client's side at once, for an owner that got no answer in time:
+/// the socket is closed (dropping the client would not: the driver waits for the answer of the
+/// statement in flight, so the server's session would live on, waiting, e.g. in a
+/// synchronous-replication wait that never ends) and the statement is cancelled, so the
+/// server's session ends too instead of piling up with each new connection.
+#[derive(Clone)]
+pub(crate) struct GiveUp {
+    close: Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
+    cancel: tokio_postgres::CancelToken,
+    database: Database,
+}
+
+impl GiveUp {
+    /// Closes the connection and cancels its statement (once; later calls do nothing).
+    pub(crate) fn now(&self) {
+        let Some(close) = self.close.lock().expect("give-up lock").take() else { return };
+        let _ = close.send(());
+        let (cancel, database) = (self.cancel.clone(), self.database.clone());
+        tokio::spawn(async move {
+            // Bounded: on a dead path the cancel request gets no answer either.
+            match tokio::time::timeout(CANCEL_TIMEOUT, database.cancel(&cancel)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "could not cancel the statement of a connection given up")
+                }
+                Err(_) => tracing::debug!("the cancel request of a connection given up got no answer"),
+            }
+        });
+    }
+}
+
+impl GiveUp {
+    /// A guard that gives the connection up when dropped, unless disarmed first: for a
+    /// connection being set up inside a bounded call that may be abandoned midway.
+    pub(crate) fn on_drop(&self) -> GiveUpOnDrop {
+        GiveUpOnDrop(Some(self.clone()))
+    }
+}
+
+/// See [`GiveUp::on_drop`].
+pub(crate) struct GiveUpOnDrop(Option<GiveUp>);
+
+impl GiveUpOnDrop {
+    /// The connection is kept.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GiveUpOnDrop {
+    fn drop(&mut self) {
+        if let Some(give_up) = self.0.take() {
+            give_up.now();
+        }
+    }
+}
+
+/// The longest a cancel request may take.
+const CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
 pub(crate) struct Watched {
     pub(crate) client: tokio_postgres::Client,
@@ -133,6 +195,8 @@ pub(crate) struct Watched {
     pub(crate) warnings: tokio::sync::mpsc::Receiver<String>,
     /// The server backend it runs on.
     pub(crate) pid: i32,
+    /// Ends it at once (see [`GiveUp`]).
+    pub(crate) give_up: GiveUp,
 }
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
@@ -156,6 +220,12 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
     let (notification_tx, notifications) = tokio::sync::mpsc::channel(64);
     let (warning_tx, warnings) = tokio::sync::mpsc::channel(16);
     let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
+    let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<()>();
+    let give_up = GiveUp {
+        close: Arc::new(std::sync::Mutex::new(Some(close_tx))),
+        cancel: client.cancel_token(),
+        database: database.clone(),
+    };
     tokio::spawn(async move {
         // The backend this connection runs on (asked below, before the connection is handed
         // out): its cancelled synchronous-replication waits are recorded under it.
@@ -165,7 +235,7 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         // Drives the connection as awaiting it would, keeping its notifications and logging
         // its notices (a WARNING from the server must not go unseen).
         let mut turned_read_only = false;
-        let ended = std::future::poll_fn(|cx| loop {
+        let driven = std::future::poll_fn(|cx| loop {
             match connection.poll_message(cx) {
                 std::task::Poll::Ready(Some(Ok(AsyncMessage::Notification(n)))) => {
                     let _ = notification_tx.try_send(n);
@@ -198,8 +268,16 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                 }
                 std::task::Poll::Pending => return std::task::Poll::Pending,
             }
-        })
-        .await;
+        });
+        // Driven until it ends, or until its owner gives it up (a closed sender is not that:
+        // the owner kept no GiveUp).
+        let ended = tokio::select! {
+            r = driven => r,
+            Ok(()) = &mut close_rx => {
+                tracing::debug!("connection given up: closing it");
+                Ok(())
+            }
+        };
         if let Err(e) = ended {
             tracing::debug!(error = %e, "rendezvous connection ended");
         }
@@ -218,7 +296,7 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         // The connection ended already: nothing left to watch.
         replication::forget(pid);
     }
-    Ok(Watched { client, closed, notifications, warnings, pid })
+    Ok(Watched { client, closed, notifications, warnings, pid, give_up })
 }
 
 #[cfg(test)]

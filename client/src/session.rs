@@ -1,8 +1,9 @@
 //! A connection that a long-lived piece makes when it first needs it, makes again when it is
 //! lost, and whose every call is bounded: a primary that cannot commit (cut off from its
 //! synchronous standby) or a dead network path would otherwise hold the piece forever. Past
-//! the bound the connection is dropped, and the next call connects again (through a multi-host
-//! URL, to whichever server accepts writes).
+//! the bound the connection is given up (closed, its statement cancelled, so the server's
+//! session ends too), and the next call connects again (through a multi-host URL, to whichever
+//! server accepts writes).
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +11,14 @@ use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
+use crate::connection::GiveUp;
 use crate::{Database, Result};
 
 /// A reconnecting, call-bounded connection (see the module's docs).
 pub(crate) struct Session {
     database: Database,
     application_name: String,
-    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    client: tokio::sync::Mutex<Option<(Arc<Client>, GiveUp)>>,
     /// The longest one call (its connection included) may take.
     timeout: Duration,
     /// The `component` label of `rendezvous_reconnects_total` for connections made again
@@ -47,23 +49,27 @@ impl Session {
     /// The open connection, or a new one.
     async fn get(&self) -> Result<Arc<Client>> {
         let mut slot = self.client.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+        if let Some((c, _)) = slot.as_ref().filter(|(c, _)| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let c = Arc::new(crate::connection::connect_as(&self.database, &self.application_name).await?);
+        let watched = crate::connection::connect_watched(&self.database, &self.application_name).await?;
+        let c = Arc::new(watched.client);
         let again = self.connected_before.swap(true, std::sync::atomic::Ordering::Relaxed);
         if let (true, Some(component)) = (again, self.component) {
             metrics::counter!(crate::signals::RECONNECTS, "component" => component).increment(1);
         }
-        *slot = Some(c.clone());
+        *slot = Some((c.clone(), watched.give_up));
         Ok(c)
     }
 
-    /// Drops `client` if it is still the session's connection (a later one is kept).
-    async fn forget(&self, client: &Arc<Client>) {
+    /// Gives up `client` (closes it and cancels its statement) if it is still the session's
+    /// connection (a later one is kept).
+    async fn give_up(&self, client: &Arc<Client>) {
         let mut slot = self.client.lock().await;
-        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
-            *slot = None;
+        if slot.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, client)) {
+            if let Some((_, give_up)) = slot.take() {
+                give_up.now();
+            }
         }
     }
 
@@ -103,7 +109,7 @@ impl Session {
                 Ok(other) => return other,
                 Err(_) => {
                     tracing::warn!(timeout = ?self.timeout, name = %self.application_name, "no answer on the connection; connecting again");
-                    self.forget(&client).await;
+                    self.give_up(&client).await;
                     last = Some(crate::connection::no_answer(self.timeout));
                 }
             }
@@ -112,7 +118,7 @@ impl Session {
     }
 
     /// Runs `call` once, its connection included within the timeout. With no answer in time
-    /// the connection is dropped (a lost one is made again by the next call); either way the
+    /// the connection is given up (a lost one is made again by the next call); either way the
     /// error is returned.
     pub(crate) async fn call_once<T, F, Fut>(&self, call: F) -> Result<T>
     where
@@ -123,7 +129,9 @@ impl Session {
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(r) => r,
             Err(_) => {
-                self.close().await;
+                if let Some((_, give_up)) = self.client.lock().await.take() {
+                    give_up.now();
+                }
                 Err(crate::connection::no_answer(self.timeout))
             }
         }

@@ -277,6 +277,21 @@ impl Database {
         };
         result.map_err(Error::Connect)
     }
+
+    /// Asks the server to cancel what a connection these settings opened is running (a
+    /// cancel request on a short connection of its own, as libpq's `PQcancel`).
+    pub(crate) async fn cancel(&self, token: &tokio_postgres::CancelToken) -> Result<()> {
+        let (_, tls) = self.parts()?;
+        let connector = match tls {
+            Tls::Connector(c) => c.clone(),
+            Tls::Settings(s) => {
+                let mode =
+                    s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?;
+                tls::connector(s, mode)?
+            }
+        };
+        token.cancel_query(connector).await.map_err(Error::Db)
+    }
 }
 
 /// A connection as [`Database::open`] makes it, to be driven by its owner.

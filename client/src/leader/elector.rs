@@ -20,6 +20,8 @@ pub(super) struct ElectorSession {
     closed: oneshot::Receiver<()>,
     announcements: mpsc::Receiver<Notification>,
     warnings: mpsc::Receiver<String>,
+    /// Ends it at once when a call gets no answer in time (its server session must not live on).
+    give_up: crate::connection::GiveUp,
 }
 
 /// The server says "stepping down from group … at an operator's request: <reason>" on the
@@ -121,7 +123,10 @@ impl Run {
             let mut stop = self.stop.clone();
             let claim = tokio::select! {
                 r = tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)) => {
-                    r.unwrap_or_else(|_| Err(crate::connection::no_answer(self.options.refresh)))?
+                    r.unwrap_or_else(|_| {
+                        session.give_up.now();
+                        Err(crate::connection::no_answer(self.options.refresh))
+                    })?
                 }
                 _ = stop.changed() => return Ok(Held::Stopped { resigned: false }),
             };
@@ -156,6 +161,9 @@ impl Run {
                 _ = stop.changed() => {
                     self.step_down(Some(epoch), "shutdown", "shutting down".into());
                     let resigned = tokio::time::timeout(self.options.refresh, resign(&session.client, &self.group)).await;
+                    if resigned.is_err() {
+                        session.give_up.now();
+                    }
                     return Ok(Held::Stopped { resigned: matches!(resigned, Ok(Ok(true))) });
                 }
                 _ = &mut session.closed => {
@@ -194,6 +202,7 @@ impl Run {
                             return Ok(Held::Lost);
                         }
                         Err(_) => {
+                            session.give_up.now();
                             self.step_down(Some(epoch), "refresh_timed_out", "refresh timed out".into());
                             return Ok(Held::Lost);
                         }
@@ -237,8 +246,10 @@ impl Run {
     async fn connect(&self) -> Result<ElectorSession> {
         let name = format!("rendezvous leader {} {}", self.group, self.candidate);
         let watched = crate::connection::connect_watched(&self.database, &name).await?;
+        let abandoned = watched.give_up.on_drop();
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
         watched.client.batch_execute(sql::WARNINGS_ON).await?;
+        abandoned.disarm();
         let pid = watched.pid;
         Ok(ElectorSession {
             client: watched.client,
@@ -246,6 +257,7 @@ impl Run {
             closed: watched.closed,
             announcements: watched.notifications,
             warnings: watched.warnings,
+            give_up: watched.give_up,
         })
     }
 

@@ -33,6 +33,8 @@ pub(super) struct Control {
     /// Announcements of runs that became runnable (when the worker has workflows) and of
     /// firings just made (when it has task handlers).
     pub(super) wakeups: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+    /// Ends it at once when a look gets no answer in time.
+    give_up: crate::connection::GiveUp,
 }
 
 /// A control connection, checked, with this host's tasks registered, listening for runnable
@@ -43,6 +45,9 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
         &format!("rendezvous scheduler {}", shared.host_id),
     )
     .await?;
+    // Given up if this is abandoned midway (no answer within the call timeout: a commit that
+    // never returns), so its server session does not live on, waiting.
+    let abandoned = watched.give_up.on_drop();
     let client = watched.client;
     crate::connection::check_extension(&client).await?;
     for spec in &shared.tasks {
@@ -56,7 +61,8 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
-    Ok(Control { client, wakeups: watched.notifications })
+    abandoned.disarm();
+    Ok(Control { client, wakeups: watched.notifications, give_up: watched.give_up })
 }
 
 /// The scheduling loop; returns the handles of firings still running when it stopped.
@@ -108,6 +114,7 @@ pub(super) async fn run(
         };
         let looked = looked.unwrap_or_else(|_| {
             Counters::add(&shared.counters.timeouts);
+            control_now.give_up.now();
             Err(crate::connection::no_answer(shared.options.call_timeout))
         });
         match looked {
