@@ -51,6 +51,7 @@ pub(super) async fn claim(
         };
         let claims = runs::claim_runs(client, &shared.host_id, &options).await?;
         all_taken = claims.len() == want;
+        let none = claims.is_empty();
         let claimed_at = Instant::now();
         {
             let mut queue = shared.queued.lock().expect("queue lock");
@@ -69,8 +70,10 @@ pub(super) async fn claim(
             }
         }
         start_queued(shared, jobs)?;
-        if !all_taken {
-            // A retry's backoff or a lease ending: when a run next becomes runnable.
+        if none {
+            // A retry's backoff or a lease ending: when a run next becomes runnable. (After a
+            // claim that took some, the jobs it started make the next look as they finish, or
+            // the poll does: the extra statement would cost as much as the claim.)
             next = runs::next_runnable_at(client, Some(&refs)).await?;
         }
     }
