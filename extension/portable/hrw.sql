@@ -436,6 +436,25 @@ BEGIN
 END
 $$;
 
+-- Whether host is among the first max_rank + 1 of the weighted ranking (claim_runs' placement
+-- test): its place in the same order ranked() gives, with the native edition's checks.
+CREATE FUNCTION rendezvous._rank_within(key text, hosts text[], weights double precision[], host text, max_rank bigint)
+RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF host IS NULL THEN
+        RAISE EXCEPTION 'host must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_rank IS NULL THEN
+        RAISE EXCEPTION 'max_rank must not be NULL' USING ERRCODE = '22004';
+    ELSIF max_rank < 0 THEN
+        RAISE EXCEPTION 'max_rank must be >= 0 (got %)', max_rank USING ERRCODE = '22023';
+    END IF;
+    RETURN coalesce(array_position(rendezvous.ranked(key, hosts, weights), host) - 1 <= max_rank, false);
+END
+$$;
+
 -- The winner is the first of the ranking: the same checks, the same order. (PL/pgSQL rather
 -- than SQL here and below: a SQL function with a SET clause is planned again at every call.)
 CREATE FUNCTION rendezvous.winner(key text, hosts text[]) RETURNS text

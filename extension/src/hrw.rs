@@ -128,7 +128,7 @@ pub(crate) fn check_k(k: Option<i32>) -> Option<usize> {
     }
 }
 
-extension_sql_file!("hrw.sql", name = "hrw_literals", requires = [ranked, ranked_weighted]);
+extension_sql_file!("hrw.sql", name = "hrw_literals", requires = [ranked, ranked_weighted, rank_within]);
 
 /// The host with the highest score for `key`; NULL for an empty or all-NULL array.
 #[pg_extern(immutable, parallel_safe, name = "winner")]
@@ -188,6 +188,31 @@ fn ranked_weighted(
     // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
     let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights, bytes)) };
     set.ranked(key, k).into_iter().map(str::to_owned).collect()
+}
+
+/// Whether `host` is among the first `max_rank + 1` hosts for `key` over weighted `hosts`
+/// (rank 0 is the winner; false when `host` is not one of them): what `claim_runs` asks of each
+/// run it walks. It stops counting once more than `max_rank` hosts outrank `host`, where
+/// `ranked` would score, sort and return every host as a new array.
+#[pg_extern(immutable, parallel_safe, name = "_rank_within")]
+fn rank_within(
+    key: Option<&str>,
+    hosts: Option<Array<&str>>,
+    weights: Option<Array<f64>>,
+    host: Option<&str>,
+    max_rank: Option<i64>,
+    fcinfo: FunctionCallInfo,
+) -> bool {
+    let key = require_key(key);
+    let host = host.unwrap_or_else(|| null_argument("host"));
+    let max_rank = max_rank.unwrap_or_else(|| null_argument("max_rank"));
+    if max_rank < 0 {
+        invalid_argument(format!("max_rank must be >= 0 (got {max_rank})"));
+    }
+    let bytes = check_hosts_size(fcinfo);
+    // SAFETY: `fcinfo` is this call's; HOSTS and WEIGHTS are text[] and float8[].
+    let set = unsafe { cached(fcinfo, &[HOSTS, WEIGHTS], || weighted_set(hosts, weights, bytes)) };
+    set.ranks_within(key, host, usize::try_from(max_rank).unwrap_or(usize::MAX))
 }
 
 /// The raw 63-bit score of `host` for `key` (non-negative; higher wins).

@@ -15,3 +15,6 @@ LANGUAGE sql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT rendezvous.ranked(key, hosts, weights::double precision[]) $$;
 COMMENT ON FUNCTION rendezvous.ranked(text, text[], text) IS 'Weighted ranked(key, hosts, weights) for an untyped weights literal such as ''{1,2}''.';
+
+COMMENT ON FUNCTION rendezvous._rank_within(text, text[], double precision[], text, bigint) IS
+    'Whether host is among the first max_rank + 1 hosts for key over the weighted hosts (rank 0 is the winner; false for a host not among them): claim_runs'' placement test, stopping once more than max_rank hosts outrank host.';

@@ -103,6 +103,7 @@ DECLARE
     started timestamptz := rendezvous._session_started();
     hosts text[];
     weights double precision[];
+    walk bigint[];
     candidates refcursor;
     next_run bigint;
     picked bigint[] := '{}'::bigint[];
@@ -122,18 +123,28 @@ BEGIN
     PERFORM rendezvous._recover_runs(now_);
     SELECT coalesce(array_agg(m.host_id ORDER BY m.host_id), '{}'), coalesce(array_agg(m.weight ORDER BY m.host_id), '{}')
       INTO hosts, weights FROM rendezvous.live_members() m;
-    -- The candidates are read through a cursor: planned for its first rows, it walks
-    -- runs_runnable in order and stops once max are locked, so a claim costs the head of the
-    -- queue, not the backlog. (As one statement with LIMIT, a stale row estimate after a burst
-    -- of admissions made the planner rank and sort every pending run: 75 ms at 10,000.)
+    -- The walk is bounded: at most 4 × max + 1,000 of the oldest runnable runs (their ids read
+    -- first, by themselves: in one statement the planner may test every pending run before it
+    -- applies the bound), so a host that ranks late for the whole backlog pays for that many,
+    -- not for the backlog. What it passes over now it may take later: a run's window opens to
+    -- a further rank every grace, so the head of the queue reaches every host. Each run's test
+    -- stops as soon as more hosts outrank this one than the run's age allows (_rank_within),
+    -- instead of ranking the whole live set. The candidates are then locked through a cursor,
+    -- which stops once max are locked (FOR UPDATE SKIP LOCKED: never waiting for a claimer).
+    walk := ARRAY(SELECT h.run_id FROM rendezvous.runs h
+                   WHERE h.state = 'pending' AND h.runnable_at <= now_
+                     AND (claim_runs.workflow_refs IS NULL OR h.workflow_ref = ANY (claim_runs.workflow_refs))
+                   ORDER BY h.runnable_at, h.run_id
+                   LIMIT 4 * claim_runs.max + 1000);
     OPEN candidates FOR
         SELECT r.run_id FROM rendezvous.runs r
-         WHERE r.state = 'pending' AND r.runnable_at <= now_
-           AND (claim_runs.workflow_refs IS NULL OR r.workflow_ref = ANY (claim_runs.workflow_refs))
-           AND (cardinality(hosts) = 0
-                OR r.runnable_at <= now_ - claim_runs.grace * coalesce(
-                       array_position(rendezvous.ranked('run:' || r.run_id, hosts, weights), claim_runs.host_id) - 1,
-                       cardinality(hosts)))
+         WHERE r.run_id = ANY (walk)
+           AND r.state = 'pending'
+           AND (cardinality(hosts) = 0 OR claim_runs.grace = interval '0'
+                OR r.runnable_at <= now_ - claim_runs.grace * cardinality(hosts)
+                OR rendezvous._rank_within('run:' || r.run_id, hosts, weights, claim_runs.host_id,
+                       least(floor(extract(epoch FROM now_ - r.runnable_at) / extract(epoch FROM claim_runs.grace)),
+                             1e15)::bigint))
          ORDER BY r.runnable_at, r.run_id
            FOR UPDATE SKIP LOCKED;
     WHILE cardinality(picked) < claim_runs.max LOOP

@@ -298,6 +298,34 @@ impl HostSet {
     pub fn rank_of(&self, key: &str, host: &str) -> Option<usize> {
         self.ranked(key, None).iter().position(|h| *h == host)
     }
+
+    /// Whether `host` is among the first `max_rank + 1` hosts for `key` (rank 0 is the
+    /// winner), in [`ranked`](Self::ranked)'s order; false when it is not in the set. It
+    /// counts the hosts that outrank `host` and stops once more than `max_rank` do, so a host
+    /// far from the top is told after a few scores, where `ranked` scores and sorts them all.
+    pub fn ranks_within(&self, key: &str, host: &str, max_rank: usize) -> bool {
+        let Ok(at) = self.members.binary_search_by(|m| m.id.as_str().cmp(host)) else { return false };
+        let kh = key_hash(key);
+        let order = |m: &Member| {
+            let s = combine(kh, m.hash);
+            (if self.weighted { weighted_score(s, m.ratio) } else { 0.0 }, s)
+        };
+        let (mine, me) = (order(&self.members[at]), &self.members[at]);
+        let mut ahead = 0;
+        for m in &self.members {
+            let theirs = order(m);
+            // ranked(): descending weighted score, then raw score, then ascending id.
+            let outranks = theirs.0 > mine.0
+                || (theirs.0 == mine.0 && (theirs.1 > mine.1 || (theirs.1 == mine.1 && m.id < me.id)));
+            if outranks {
+                ahead += 1;
+                if ahead > max_rank {
+                    return false;
+                }
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -318,6 +346,32 @@ mod tests {
             assert_eq!(a.ranked(&key, None), b.ranked(&key, None));
             assert_eq!(a.winner(&key), winner_of(&key, ["c", "a", "d", "b", "a"]));
         }
+    }
+
+    /// ranks_within agrees with ranked() for every host and every bound, weighted or not.
+    #[test]
+    fn ranks_within_agrees_with_ranked() {
+        let plain = HostSet::new(hosts(9));
+        let weighted =
+            HostSet::weighted(hosts(9).into_iter().enumerate().map(|(i, h)| (h, 1.0 + (i % 3) as f64)))
+                .unwrap();
+        for set in [&plain, &weighted] {
+            for i in 0..300 {
+                let key = format!("run:{i}");
+                let ranked = set.ranked(&key, None);
+                for (rank, host) in ranked.iter().enumerate() {
+                    for max_rank in 0..10 {
+                        assert_eq!(
+                            set.ranks_within(&key, host, max_rank),
+                            rank <= max_rank,
+                            "{key} {host} {max_rank}"
+                        );
+                    }
+                }
+                assert!(!set.ranks_within(&key, "not-a-member", 100));
+            }
+        }
+        assert!(!HostSet::new(Vec::<String>::new()).ranks_within("k", "a", 0));
     }
 
     #[test]

@@ -8,12 +8,17 @@
 #   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
-#   SCALE_PARTS="status membership retention"  which parts to run
+#   SCALE_PARTS="status membership retention claims"  which parts to run
+#   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 # Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
 # hosts / 2 transactions a second for 30 s, 8 clients each going round its eighth of the hosts,
 # so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time)
 # and as a LiveView does (live_members_since); the database's CPU and the ticks served.
+# Claims: claim_runs by a live host that ranks late for nearly every run (one of N live hosts),
+# and by a host that is not live, with P fresh pending runs; then with 10,000 runs running
+# (held by a live session) and none runnable. The time of each call, in milliseconds, each in a
+# transaction rolled back after it (the hosts heartbeat in it first).
 # Retention: admissions (spawn_run at 200 a second from 4 clients) timed before, during and
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
@@ -27,7 +32,9 @@ firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
 host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
-parts=" ${SCALE_PARTS:-status membership retention} "
+parts=" ${SCALE_PARTS:-status membership retention claims} "
+claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
+claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
 retention_rows=${SCALE_RETENTION:-5000000}
 psql_() { "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
 
@@ -163,8 +170,51 @@ SQL
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
 }
 
+claims() {
+  local n p
+  echo
+  echo "| live hosts | pending runs | claim_runs max 1, a live host | max 100, a live host | max 1, a host not live |"
+  echo "|---:|---:|---:|---:|---:|"
+  for n in "${claim_hosts[@]}"; do
+    for p in "${claim_pending[@]}"; do
+      psql_ -c "TRUNCATE rendezvous.runs CASCADE" -c "DELETE FROM rendezvous.hosts" >/dev/null 2>&1
+      psql_ -c "SELECT count(*) FROM generate_series(1, greatest($p / 10000, 1)) g,
+                  LATERAL rendezvous.spawn_runs('bench', (SELECT array_agg('wf'::text) FROM generate_series(1, least($p, 10000)))) s" >/dev/null
+      local times=()
+      for call in "'h-1', 1" "'h-1', 100" "'outsider', 1"; do
+        times+=("$(psql_ -At <<SQL | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -1
+BEGIN;
+SELECT count(rendezvous.heartbeat('h-' || i)) FROM generate_series(1, $n) i;
+\timing on
+SELECT count(*) FROM rendezvous.claim_runs($call, '30 s', NULL, '1 s');
+\timing off
+ROLLBACK;
+SQL
+)")
+      done
+      echo "| $(printf "%'d" "$n") | $(printf "%'d" "$p") | ${times[0]} ms | ${times[1]} ms | ${times[2]} ms |"
+    done
+  done
+  local running
+  running=$(psql_ -At <<'SQL' | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | sort -n | sed -n 2p
+TRUNCATE rendezvous.runs CASCADE;
+DELETE FROM rendezvous.hosts;
+SELECT count(*) FROM rendezvous.spawn_runs('bench', (SELECT array_agg('wf'::text) FROM generate_series(1, 10000)));
+SELECT count(*) FROM rendezvous.claim_runs('holder', 10000, '1 hour', NULL, '0 s');
+\timing on
+SELECT count(*) FROM rendezvous.claim_runs('other', 1, '30 s', NULL, '1 s');
+SELECT count(*) FROM rendezvous.claim_runs('other', 1, '30 s', NULL, '1 s');
+SELECT count(*) FROM rendezvous.claim_runs('other', 1, '30 s', NULL, '1 s');
+SQL
+)
+  echo
+  echo "10,000 runs running (their holder's session live), none runnable: claim_runs ${running} ms (median of 3)"
+  psql_ -c "TRUNCATE rendezvous.runs CASCADE" -c "DELETE FROM rendezvous.hosts" >/dev/null 2>&1
+}
+
 if [[ $parts == *" membership "* ]]; then membership; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
+if [[ $parts == *" claims "* ]]; then claims; fi
 [[ $parts == *" status "* ]] || exit 0
 
 # The 0.2.0 reads, as the baseline (views of its install script, in a scratch schema).
