@@ -151,9 +151,7 @@ impl GiveUp {
             }
         });
     }
-}
 
-impl GiveUp {
     /// A guard that gives the connection up when dropped, unless disarmed first: for a
     /// connection being set up inside a bounded call that may be abandoned midway.
     pub(crate) fn on_drop(&self) -> GiveUpOnDrop {

@@ -240,20 +240,7 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name(application_name);
         }
-        // libpq ignores sslmode over Unix sockets (the server offers no TLS there), so no
-        // certificate file is read for them either.
-        let unix_only = config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
-        let (connector, mode) = match tls {
-            Tls::Connector(c) => (c.clone(), unix_only.then_some(SslMode::Disable)),
-            Tls::Settings(s) => {
-                let mode = if unix_only {
-                    SslMode::Disable
-                } else {
-                    s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?
-                };
-                (tls::connector(s, mode)?, Some(mode))
-            }
-        };
+        let (connector, mode) = connector_for(&config, tls)?;
         let attempt = |config: &tokio_postgres::Config, ssl: DriverMode| {
             let mut config = config.clone();
             config.ssl_mode(ssl);
@@ -281,17 +268,28 @@ impl Database {
     /// Asks the server to cancel what a connection these settings opened is running (a
     /// cancel request on a short connection of its own, as libpq's `PQcancel`).
     pub(crate) async fn cancel(&self, token: &tokio_postgres::CancelToken) -> Result<()> {
-        let (_, tls) = self.parts()?;
-        let connector = match tls {
-            Tls::Connector(c) => c.clone(),
-            Tls::Settings(s) => {
-                let mode =
-                    s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?;
-                tls::connector(s, mode)?
-            }
-        };
+        let (config, tls) = self.parts()?;
+        let (connector, _) = connector_for(config, tls)?;
         token.cancel_query(connector).await.map_err(Error::Db)
     }
+}
+
+/// The TLS connector for these settings, and the sslmode libpq would use (`None`: the
+/// caller's own connector decides). libpq ignores sslmode over Unix sockets (the server offers
+/// no TLS there), so no certificate file is read for them either.
+fn connector_for(config: &tokio_postgres::Config, tls: &Tls) -> Result<(MakeTlsConnector, Option<SslMode>)> {
+    let unix_only = config.get_hosts().iter().all(|h| !matches!(h, Host::Tcp(_)));
+    Ok(match tls {
+        Tls::Connector(c) => (c.clone(), unix_only.then_some(SslMode::Disable)),
+        Tls::Settings(s) => {
+            let mode = if unix_only {
+                SslMode::Disable
+            } else {
+                s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?
+            };
+            (tls::connector(s, mode)?, Some(mode))
+        }
+    })
 }
 
 /// A connection as [`Database::open`] makes it, to be driven by its owner.

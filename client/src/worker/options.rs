@@ -66,8 +66,9 @@ pub struct WorkerOptions {
     /// The longest the worker waits for one look at the database or one call on its side
     /// connection (a renewal, a batch of completions): a primary that cannot commit (cut off
     /// from its synchronous standby) or a dead network path would otherwise hold it forever.
-    /// Past it, the connection is dropped and made again (through a multi-host URL, to whichever
-    /// server accepts writes). Default 10 s.
+    /// Past it, the connection is given up (closed, its statement cancelled, so its server
+    /// session ends too) and made again (through a multi-host URL, to whichever server accepts
+    /// writes). Default 10 s.
     pub call_timeout: Duration,
     /// The most runs claimed ahead of free slots into a local queue, so a handler that
     /// finishes starts the next run without a look at the database (a claim then fetches many).
