@@ -71,6 +71,22 @@ portable_suites() {
     echo "the portable edition's _host_joined ran on another table than rendezvous.hosts: $refused" >&2
     exit 1
   fi
+  # A parsed schedule kept in a session setting is trusted only with the install's MAC: 0.3.0
+  # trusted whatever the caller SET there, and a host made a yearly task fire every minute (#39).
+  local forged planned
+  forged=$(cluster_psql -d rendezvous_portable -U rendezvous_owner -Atc "SELECT rendezvous._cron_parse('* * * * *', 'UTC')")
+  cluster_psql -d rendezvous_portable -U rendezvous_portable_host -o /dev/null \
+    -c "SELECT set_config('rendezvous_cron.p' || md5('0 0 1 1 *' || chr(1) || 'UTC'), '$forged', false)" \
+    -c "SELECT set_config('rendezvous_cron.p' || md5('0 0 1 2 *' || chr(1) || 'UTC'), repeat('0', 64) || ':$forged', false)" \
+    -c "SELECT rendezvous.schedule_task('forged_jan', '0 0 1 1 *'), rendezvous.schedule_task('forged_feb', '0 0 1 2 *')"
+  planned=$(cluster_psql -d rendezvous_portable -Atc "SELECT string_agg(t.task_id || ' ' || (t.next_fire_at =
+      (SELECT min(f) FROM rendezvous.fire_times(t.schedule, 'UTC', t.created_at, t.created_at + interval '400 days') f))::text,
+      ',' ORDER BY t.task_id) FROM rendezvous.tasks t WHERE t.task_id LIKE 'forged_%'")
+  if [ "$planned" != "forged_feb true,forged_jan true" ]; then
+    echo "a host's planted parse of a schedule changed when the owner's code planned its task: $planned" >&2
+    exit 1
+  fi
+  cluster_psql -d rendezvous_portable -c "SELECT rendezvous.unschedule_task(t) FROM unnest(ARRAY['forged_jan', 'forged_feb']) t" >/dev/null
   headers_diff "$script"
   pg_tle_form "${script%-portable.sql}-pg_tle.sql"
   portable_upgrade_test "$script"

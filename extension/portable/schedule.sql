@@ -298,6 +298,10 @@ $$;
 -- by a hash of the schedule and zone, so making a second's firings parses each distinct
 -- schedule once a session (as the native edition keeps parsed schedules per backend) instead
 -- of once a task. Only what parsed is kept; a transaction that rolls back forgets its own.
+-- The caller may SET any custom setting of its session, so what is kept carries a MAC under
+-- the install's key (_cron_key, the owner's alone) and is trusted only if the MAC holds:
+-- 0.3.0 trusted it, and a host planted another schedule for a task that the owner's code then
+-- planned (#39). Code that cannot read the key (a caller's own fire_times) parses every call.
 CREATE FUNCTION rendezvous._cron_parsed(schedule text, time_zone text) RETURNS rendezvous._cron_schedule
 LANGUAGE plpgsql STABLE PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -305,18 +309,31 @@ AS $$
 DECLARE
     name text := 'rendezvous_cron.p' || md5(coalesce(schedule, '') || E'\x01' || coalesce(time_zone, ''));
     kept text := current_setting(name, true);
+    mac_key bytea;
     s rendezvous._cron_schedule;
 BEGIN
-    IF kept IS NOT NULL AND kept <> '' THEN
-        RETURN kept::rendezvous._cron_schedule;
+    IF NOT has_table_privilege('rendezvous._cron_key', 'SELECT') THEN
+        RETURN rendezvous._cron_parse(schedule, time_zone);
+    END IF;
+    SELECT k.key INTO mac_key FROM rendezvous._cron_key k;
+    IF kept IS NOT NULL AND kept <> ''
+       AND left(kept, 64) = rendezvous._cron_mac(mac_key, name, substr(kept, 66)) THEN
+        RETURN substr(kept, 66)::rendezvous._cron_schedule;
     END IF;
     s := rendezvous._cron_parse(schedule, time_zone);
     -- (Setting a parameter is not allowed in a parallel query: the functions that parse are
     -- PARALLEL UNSAFE here, PARALLEL SAFE in the native edition.)
-    PERFORM set_config(name, s::text, false);
+    PERFORM set_config(name, rendezvous._cron_mac(mac_key, name, s::text) || ':' || s::text, false);
     RETURN s;
 END
 $$;
+
+-- The MAC of a kept parse: SHA-256 of the key and the hash of the setting's name and value
+-- (the inner hash has a fixed length, so nothing can be appended to a known MAC's input).
+CREATE FUNCTION rendezvous._cron_mac(mac_key bytea, name text, kept text) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT encode(sha256(mac_key || sha256(convert_to(name || E'\x01' || kept, 'UTF8'))), 'hex') $$;
 
 -- Whether a date matches the day fields (day of month, month, day of week with their
 -- modifiers; the classic either-or rule unless a field is * or the + prefix asks for both).
@@ -859,3 +876,13 @@ BEGIN
     RETURN 'every ' || (micros / 1000000)::bigint || ' seconds';
 END
 $$;
+
+-- The key of _cron_parsed's MACs: made at install, readable by the owner alone (its
+-- SECURITY DEFINER functions), never shown to a caller.
+CREATE TABLE rendezvous._cron_key (
+    key bytea NOT NULL
+);
+COMMENT ON TABLE rendezvous._cron_key IS 'Portable edition: the key that authenticates parsed schedules kept in session settings (_cron_parsed).';
+INSERT INTO rendezvous._cron_key (key)
+SELECT sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text || clock_timestamp()::text, 'UTF8'));
+REVOKE ALL ON rendezvous._cron_key FROM PUBLIC;
