@@ -117,6 +117,50 @@ pub async fn connect_as(
     Ok(connect_watched(&database.into(), application_name).await?.client)
 }
 
+/// Runs `call`, a call on the connection `give_up` ends, bounded by `limit`. With no answer
+/// by then its statement is cancelled: a server that answers the cancel request is alive and
+/// only slow (a checkpoint, a noisy neighbour, a starved CPU), and the call gets `limit` more to
+/// return its answer or the cancellation's error (57014), so what the server did is known and
+/// the connection kept; reconnecting would add a connection's cost to a slow server's load at
+/// the worst moment, and forget claims it had made. A server that does not answer the cancel
+/// (a dead path), or a call still unanswered, gives the connection up: [`no_answer`].
+pub(crate) async fn bounded<T>(
+    give_up: &GiveUp,
+    limit: std::time::Duration,
+    call: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::pin!(call);
+    if let Ok(answer) = tokio::time::timeout(limit, &mut call).await {
+        return answer;
+    }
+    let waits = crate::replication::cancelled_sync_waits();
+    if give_up.cancel_answered().await {
+        tracing::info!(
+            ?limit,
+            "no answer in time from a server that answered the cancel request: waiting for the call's end"
+        );
+        if let Ok(answer) = tokio::time::timeout(limit, &mut call).await {
+            tokio::task::yield_now().await;
+            if crate::replication::cancelled_sync_waits() == waits {
+                return answer;
+            }
+            // What was cancelled was a wait for a synchronous standby: the server is not slow
+            // but cut off from it (#43), and what the call committed is on the primary only. The
+            // connection is given up, so the next one tries the URL's other hosts.
+            drop(answer);
+            give_up.now();
+            return Err(no_answer(limit));
+        }
+    }
+    give_up.now();
+    Err(no_answer(limit))
+}
+
+/// Whether `e` is a statement cancelled by [`bounded`] (the connection is kept).
+pub(crate) fn cancelled_statement(e: &Error) -> bool {
+    e.sqlstate() == Some(&tokio_postgres::error::SqlState::QUERY_CANCELED)
+}
+
 /// What a call that got no answer within `limit` fails with (its connection is given up).
 pub(crate) fn no_answer(limit: std::time::Duration) -> Error {
     Error::Disconnected(format!("the database gave no answer within {limit:?}"))
@@ -127,6 +171,9 @@ pub(crate) fn no_answer(limit: std::time::Duration) -> Error {
 /// statement in flight, so the server's session would live on, waiting, e.g. in a
 /// synchronous-replication wait that never ends) and the statement is cancelled, so the
 /// server's session ends too instead of piling up with each new connection.
+///
+/// A slow server is not a gone one (#39): [`bounded`] cancels a call that got no answer in
+/// time and gives the connection up only if the server does not answer the cancel either.
 #[derive(Clone)]
 pub(crate) struct GiveUp {
     close: Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
@@ -135,6 +182,20 @@ pub(crate) struct GiveUp {
 }
 
 impl GiveUp {
+    /// Asks the server to cancel the connection's statement; whether it answered the request
+    /// in time (it is alive, only slow).
+    async fn cancel_answered(&self) -> bool {
+        matches!(
+            tokio::time::timeout(STRIKE_CANCEL_TIMEOUT, self.database.cancel(&self.cancel)).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Whether the connection was given up (it may take a moment to show as closed).
+    pub(crate) fn given_up(&self) -> bool {
+        self.close.lock().expect("give-up lock").is_none()
+    }
+
     /// Closes the connection and cancels its statement (once; later calls do nothing).
     pub(crate) fn now(&self) {
         let Some(close) = self.close.lock().expect("give-up lock").take() else { return };
@@ -179,6 +240,11 @@ impl Drop for GiveUpOnDrop {
 
 /// The longest a cancel request may take.
 const CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How soon a server must answer a strike's cancel request to count as alive (the kernel
+/// accepts the connection and the postmaster hands the request on: milliseconds, or a second
+/// or two on a starved machine).
+const STRIKE_CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
 pub(crate) struct Watched {

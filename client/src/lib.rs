@@ -65,6 +65,7 @@
 #![warn(unreachable_pub)]
 
 pub mod admission;
+mod announce;
 mod background;
 mod connection;
 pub mod database;

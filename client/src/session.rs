@@ -1,9 +1,10 @@
 //! A connection that a long-lived piece makes when it first needs it, makes again when it is
 //! lost, and whose every call is bounded: a primary that cannot commit (cut off from its
 //! synchronous standby) or a dead network path would otherwise hold the piece forever. Past
-//! the bound the connection is given up (closed, its statement cancelled, so the server's
-//! session ends too), and the next call connects again (through a multi-host URL, to whichever
-//! server accepts writes).
+//! the bound the call's statement is cancelled; the connection is kept if its server answered
+//! the cancel (only slow), and given up otherwise or at the second such call in a row (closed,
+//! so the server's session ends too), and the next call connects again (through a multi-host
+//! URL, to whichever server accepts writes).
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use crate::connection::GiveUp;
-use crate::{Database, Result};
+use crate::{Database, Error, Result};
 
 /// A reconnecting, call-bounded connection (see the module's docs).
 pub(crate) struct Session {
@@ -62,14 +63,17 @@ impl Session {
         Ok(c)
     }
 
-    /// Gives up `client` (closes it and cancels its statement) if it is still the session's
-    /// connection (a later one is kept).
-    async fn give_up(&self, client: &Arc<Client>) {
+    /// The connection `client` if it is still the session's, with what gives it up.
+    async fn give_up_of(&self, client: &Arc<Client>) -> Option<GiveUp> {
+        let slot = self.client.lock().await;
+        slot.as_ref().filter(|(c, _)| Arc::ptr_eq(c, client)).map(|(_, g)| g.clone())
+    }
+
+    /// Forgets `client` if it is still the session's connection and was lost or given up.
+    async fn forget_if_closed(&self, client: &Arc<Client>) {
         let mut slot = self.client.lock().await;
-        if slot.as_ref().is_some_and(|(c, _)| Arc::ptr_eq(c, client)) {
-            if let Some((_, give_up)) = slot.take() {
-                give_up.now();
-            }
+        if slot.as_ref().is_some_and(|(c, g)| Arc::ptr_eq(c, client) && (c.is_closed() || g.given_up())) {
+            *slot = None;
         }
     }
 
@@ -98,20 +102,24 @@ impl Session {
                     continue;
                 }
             };
-            match tokio::time::timeout(self.timeout, call(client.clone())).await {
-                // A lost connection, or a server that stopped taking writes (its connection
-                // closes itself; lib.rs): the next attempt connects again.
-                Ok(Err(e))
-                    if client.is_closed() || e.sqlstate() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
+            let Some(give_up) = self.give_up_of(&client).await else { continue };
+            match crate::connection::bounded(&give_up, self.timeout, call(client.clone())).await {
+                // A lost connection (given up: no answer in time), a statement cancelled on a
+                // slow server, or a server that stopped taking writes (its connection closes
+                // itself; lib.rs): the next attempt connects again if need be.
+                Err(e)
+                    if client.is_closed()
+                        || give_up.given_up()
+                        || crate::connection::cancelled_statement(&e)
+                        || e.sqlstate() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
                 {
+                    if client.is_closed() || give_up.given_up() {
+                        tracing::warn!(timeout = ?self.timeout, name = %self.application_name, error = %e, "connection lost; connecting again");
+                    }
+                    self.forget_if_closed(&client).await;
                     last = Some(e)
                 }
-                Ok(other) => return other,
-                Err(_) => {
-                    tracing::warn!(timeout = ?self.timeout, name = %self.application_name, "no answer on the connection; connecting again");
-                    self.give_up(&client).await;
-                    last = Some(crate::connection::no_answer(self.timeout));
-                }
+                other => return other,
             }
         }
         Err(last.expect("at least one attempt"))
@@ -125,15 +133,15 @@ impl Session {
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let attempt = async { call(self.get().await?).await };
-        match tokio::time::timeout(self.timeout, attempt).await {
-            Ok(r) => r,
-            Err(_) => {
-                if let Some((_, give_up)) = self.client.lock().await.take() {
-                    give_up.now();
-                }
-                Err(crate::connection::no_answer(self.timeout))
-            }
-        }
+        let client = match tokio::time::timeout(self.timeout, self.get()).await {
+            Ok(c) => c?,
+            Err(_) => return Err(crate::connection::no_answer(self.timeout)),
+        };
+        let Some(give_up) = self.give_up_of(&client).await else {
+            return Err(Error::Disconnected("the connection was replaced meanwhile".into()));
+        };
+        let answer = crate::connection::bounded(&give_up, self.timeout, call(client.clone())).await;
+        self.forget_if_closed(&client).await;
+        answer
     }
 }

@@ -208,6 +208,9 @@ crate::sql_statements! {
     /// `$1` workflow refs (NULL: any).
     NEXT_RUNNABLE_AT = "SELECT rendezvous.next_runnable_at($1::text[])"
         (TEXT_ARRAY) -> ("next_runnable_at": TIMESTAMPTZ);
+    /// The key that signs the extension's announcements (announce.rs).
+    ANNOUNCEMENT_KEY = "SELECT rendezvous._announcement_key()"
+        () -> ("_announcement_key": BYTEA);
     /// Wake-ups when a run becomes runnable (spawn, retry, a holder gone, a release).
     LISTEN_RUNS = "LISTEN rendezvous_runs"
         () -> ();

@@ -31,7 +31,7 @@ BEGIN
         ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING
         RETURNING r.run_id, true, true INTO result;
         IF FOUND THEN
-            PERFORM pg_notify('rendezvous_runs', '');
+            PERFORM rendezvous._announce('rendezvous_runs', '');
             RETURN result;
         END IF;
         SELECT r.run_id, false, r.workflow_ref = spawn_run.workflow_ref AND r.input = spawn_run.input INTO result

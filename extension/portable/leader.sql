@@ -111,7 +111,7 @@ AS $$
 BEGIN
     UPDATE rendezvous.leaders l SET pid = NULL
      WHERE l.group_name = _step_down_now.group_name AND l.pid = pg_backend_pid();
-    PERFORM pg_notify('rendezvous_leader', _step_down_now.group_name);
+    PERFORM rendezvous._announce('rendezvous_leader', _step_down_now.group_name);
     RETURN pg_advisory_unlock(rendezvous._leader_lock_key(), _step_down_now.lock_id);
 END
 $$;

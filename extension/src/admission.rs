@@ -36,12 +36,6 @@ thread_local! {
          ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID, pg_sys::INT4OID, pg_sys::INTERVALOID],
     ) };
-    /// A new run is announced, so an idle worker starts it without waiting for its next poll
-    /// (one notification per transaction, whatever it admits).
-    static ANNOUNCE: KeptPlan = const { KeptPlan::new(
-        "SELECT pg_catalog.pg_notify('rendezvous_runs', '')",
-        &[],
-    ) };
     /// The run a yielded insert yielded to, and whether it was the same request.
     static EXISTING: KeptPlan = const { KeptPlan::new(
         "SELECT r.run_id, r.workflow_ref OPERATOR(pg_catalog.=) $2 AND r.input OPERATOR(pg_catalog.=) $3 \
@@ -133,7 +127,9 @@ unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool,
         let admitted = (0..5).find_map(|_attempt| {
             if insert() == 1 {
                 let run_id = value(0, 1).expect("run_id is NOT NULL");
-                ANNOUNCE.with(|p| p.execute(&[]));
+                // Announced, so an idle worker starts it without waiting for its next poll
+                // (one announcement per transaction, whatever it admits).
+                crate::announce::announce("rendezvous_runs", "");
                 return Some((run_id.value() as i64, true, true));
             }
             // Without a key nothing can conflict; with one, read the run it yielded to.

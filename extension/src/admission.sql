@@ -167,7 +167,7 @@ BEGIN
     )
     SELECT array_agg(i.run_id) INTO made FROM inserted i;
     IF made IS NOT NULL THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
     -- The repeats read the runs they yielded to (this statement sees what the insert waited for).
     SELECT array_agg(coalesce(m.run_id, e.run_id) ORDER BY u.i), array_agg(m.run_id IS NOT NULL ORDER BY u.i),

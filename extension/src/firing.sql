@@ -185,6 +185,8 @@ RETURNS TABLE (ord integer, completed boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    locked text[];
 BEGIN
     IF complete_firings.task_ids IS NULL OR complete_firings.fire_ats IS NULL OR complete_firings.tokens IS NULL THEN
         RAISE EXCEPTION 'task_ids, fire_ats and tokens must not be NULL' USING ERRCODE = '22004';
@@ -200,12 +202,17 @@ BEGIN
     PERFORM rendezvous._durable_commit();
     -- Rows are locked in key order first: an UPDATE joined to a list takes its rows in the
     -- join's order, and two overlapping calls taking them in different orders could deadlock.
-    PERFORM 1
-       FROM rendezvous.firings f
-      WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
-                               FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
-      ORDER BY f.firing_key
-        FOR NO KEY UPDATE;
+    -- The UPDATE then touches only the rows locked here: its own snapshot also sees a row a
+    -- claim inserted since, which it would wait for out of order (the last 40P01 of #39: B
+    -- locks b, a claim makes a, C locks a and waits for b, B's UPDATE waits for a). Such a
+    -- row's token cannot be the caller's yet: it is reported not completed.
+    SELECT coalesce(array_agg(l.firing_key), '{}') INTO locked FROM (
+        SELECT f.firing_key
+          FROM rendezvous.firings f
+         WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
+                                  FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
+         ORDER BY f.firing_key
+           FOR NO KEY UPDATE) l;
     RETURN QUERY
         WITH done AS (
             UPDATE rendezvous.firings f
@@ -213,7 +220,8 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.token = x.tok AND f.holder IS NOT NULL AND f.failed_at IS NULL
+             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked) AND f.token = x.tok
+               AND f.holder IS NOT NULL AND f.failed_at IS NULL
             RETURNING f.firing_key
         )
         SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)

@@ -22,10 +22,11 @@ use pgrx::pg_sys;
 use pgrx::pg_sys::panic::{CaughtError, ErrorReport};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_int, CStr};
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 
+use crate::announce;
 use crate::checks::MAX_ID_BYTES;
 use crate::errors::{invalid_argument, null_argument, raise};
 
@@ -72,38 +73,28 @@ pub(crate) fn lock_tag(lock_id: i32) -> pg_sys::LOCKTAG {
 /// The channel a leader's session announces on (payload: the group) when it gives a group's
 /// lock back, on `resign` and when the session ends: followers LISTEN here instead of waiting
 /// inside a statement, which would hold a snapshot (and back VACUUM) for the leader's whole term.
-pub(crate) const CHANNEL: &CStr = c"rendezvous_leader";
-
-extern "C-unwind" {
-    // commands/async.h: queues a notification, sent when the current transaction commits.
-    fn Async_Notify(channel: *const c_char, payload: *const c_char);
-}
+pub(crate) const CHANNEL: &str = "rendezvous_leader";
 
 thread_local! {
     /// The groups whose lock this backend took, with their tags: what `resign` gives back and
-    /// what the session announces when it ends.
-    static TAKEN: RefCell<Vec<(String, pg_sys::LOCKTAG)>> = const { RefCell::new(Vec::new()) };
+    /// what the session announces when it ends, with that announcement signed when the lock was
+    /// taken (at exit the session's role may not read the key: announce.rs).
+    static TAKEN: RefCell<Vec<(String, pg_sys::LOCKTAG, String)>> = const { RefCell::new(Vec::new()) };
     static EXIT_HOOK_SET: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Remembers that this backend took `group`'s lock, and makes sure its end is announced.
 fn remember_taken(group: &str, tag: pg_sys::LOCKTAG) {
+    let farewell = announce::announcement(CHANNEL, group).unwrap_or_else(|| group.to_owned());
     TAKEN.with(|taken| {
         let mut taken = taken.borrow_mut();
-        taken.retain(|(g, _)| g != group);
-        taken.push((group.to_owned(), tag));
+        taken.retain(|(g, _, _)| g != group);
+        taken.push((group.to_owned(), tag, farewell));
     });
     if !EXIT_HOOK_SET.replace(true) {
         // SAFETY: registers a plain function for this backend's exit; it runs once.
         unsafe { pg_sys::before_shmem_exit(Some(announce_departure), pg_sys::Datum::from(0)) };
     }
-}
-
-/// Queues a notification that `group`'s lock is free (sent at commit).
-fn announce_free(group: &str) {
-    let payload = CString::new(group).expect("text has no NUL bytes");
-    // SAFETY: valid C strings; Async_Notify copies them.
-    unsafe { Async_Notify(CHANNEL.as_ptr(), payload.as_ptr()) }
 }
 
 /// At backend exit, before the lock manager drops this session's locks: gives back every
@@ -120,14 +111,17 @@ unsafe extern "C-unwind" fn announce_departure(_code: c_int, _arg: pg_sys::Datum
     // transaction in progress, then run a short one of our own.
     unsafe {
         pg_sys::AbortOutOfAnyTransaction();
-        let freed: Vec<String> =
-            taken.into_iter().filter(|(_, tag)| held_by_me(tag) && release(tag)).map(|(g, _)| g).collect();
+        let freed: Vec<String> = taken
+            .into_iter()
+            .filter(|(_, tag, _)| held_by_me(tag) && release(tag))
+            .map(|(_, _, f)| f)
+            .collect();
         if freed.is_empty() {
             return;
         }
         pg_sys::StartTransactionCommand();
-        for group in &freed {
-            announce_free(group);
+        for farewell in &freed {
+            announce::notify(CHANNEL, farewell);
         }
         pg_sys::CommitTransactionCommand();
     }
@@ -473,7 +467,7 @@ fn resign(group_name: Option<&str>) -> bool {
     let group = check_name("group_name", group_name);
     // Only try_lead takes group locks, and it remembers them: a group this session never took
     // (or whose row was deleted since) needs no table read.
-    let tag = TAKEN.with(|taken| taken.borrow().iter().find(|(g, _)| *g == group).map(|(_, tag)| *tag));
+    let tag = TAKEN.with(|taken| taken.borrow().iter().find(|(g, _, _)| *g == group).map(|(_, tag, _)| *tag));
     let Some(tag) = tag.filter(held_by_me) else { return false };
     step_down_now(&group, &tag)
 }
@@ -561,7 +555,7 @@ fn step_down_now(group: &str, tag: &pg_sys::LOCKTAG) -> bool {
         &[group.into()],
     )
     .expect("clear the holder");
-    TAKEN.with(|taken| taken.borrow_mut().retain(|(g, _)| *g != group));
-    announce_free(group);
+    TAKEN.with(|taken| taken.borrow_mut().retain(|(g, _, _)| *g != group));
+    announce::announce(CHANNEL, group);
     release(tag)
 }

@@ -13,6 +13,7 @@
 use pgrx::prelude::*;
 
 mod admission;
+mod announce;
 mod checks;
 mod compat;
 mod errors;

@@ -247,3 +247,10 @@ GRANT EXECUTE ON FUNCTION rendezvous.run_steps(bigint), rendezvous.run_children(
 ALTER FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) TO rendezvous_host;
+
+-- Announcements (0.4.0, announce.rs): only the owner's code sends them; hosts read the key
+-- that checks them.
+ALTER FUNCTION rendezvous._announcement_key() SECURITY DEFINER;
+REVOKE EXECUTE ON FUNCTION rendezvous._announce(text, text), rendezvous._announcement_key() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rendezvous._announcement_key() TO rendezvous_host;
+REVOKE ALL ON rendezvous._announcement_key, rendezvous._announcements FROM PUBLIC;

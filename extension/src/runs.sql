@@ -71,7 +71,7 @@ BEGIN
            array_agg(DISTINCT m.parent_run_id) FILTER (WHERE m.state = 'failed' AND m.parent_run_id IS NOT NULL)
       INTO runnable, parents FROM moved m;
     IF runnable > 0 THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
     IF parents IS NOT NULL THEN
         PERFORM rendezvous._wake_parents(parents);
@@ -121,8 +121,6 @@ BEGIN
         RAISE EXCEPTION 'workflow_refs must not contain NULL' USING ERRCODE = '22004';
     END IF;
     PERFORM rendezvous._recover_runs(now_);
-    SELECT coalesce(array_agg(m.host_id ORDER BY m.host_id), '{}'), coalesce(array_agg(m.weight ORDER BY m.host_id), '{}')
-      INTO hosts, weights FROM rendezvous.live_members() m;
     -- The walk is bounded: at most 4 × max + 1,000 of the oldest runnable runs (their ids read
     -- first, by themselves: in one statement the planner may test every pending run before it
     -- applies the bound), so a host that ranks late for the whole backlog pays for that many,
@@ -136,6 +134,18 @@ BEGIN
                      AND (claim_runs.workflow_refs IS NULL OR h.workflow_ref = ANY (claim_runs.workflow_refs))
                    ORDER BY h.runnable_at, h.run_id
                    LIMIT 4 * claim_runs.max + 1000);
+    -- Nothing runnable (an idle host's look): the live set is not read. Otherwise it is read
+    -- once (in any order: the ranking orders hosts itself; both aggregates see the rows in the
+    -- same order), and not at all without a grace, where every host may take any run.
+    IF cardinality(walk) = 0 THEN
+        RETURN;
+    ELSIF claim_runs.grace > interval '0' THEN
+        SELECT coalesce(array_agg(m.host_id), '{}'), coalesce(array_agg(m.weight), '{}')
+          INTO hosts, weights FROM rendezvous.live_members() m;
+    ELSE
+        hosts := '{}';
+        weights := '{}';
+    END IF;
     OPEN candidates FOR
         SELECT r.run_id FROM rendezvous.runs r
          WHERE r.run_id = ANY (walk)
@@ -304,7 +314,7 @@ BEGIN
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
         IF left_in = 'pending' THEN
-            PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+            PERFORM rendezvous._announce('rendezvous_runs', '');
         ELSIF parent IS NOT NULL THEN
             PERFORM rendezvous._wake_parents(ARRAY[parent]);
         END IF;
@@ -334,7 +344,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+    PERFORM rendezvous._announce('rendezvous_runs', '');
     RETURN true;
 END
 $$;
@@ -441,7 +451,7 @@ BEGIN
            max(c.parent_run_id) FILTER (WHERE c.run_id = cancel_run.run_id)
       INTO told, cancelled_root, parent FROM cancelled c;
     FOREACH holder_told IN ARRAY told LOOP
-        PERFORM pg_catalog.pg_notify('rendezvous_cancel', holder_told::text);
+        PERFORM rendezvous._announce('rendezvous_cancel', holder_told::text);
     END LOOP;
     IF parent IS NOT NULL THEN
         PERFORM rendezvous._wake_parents(ARRAY[parent]);
@@ -479,7 +489,7 @@ BEGIN
      WHERE r.holder = release_host_claims.host_id AND r.state = 'running' AND r.holder_pid IS DISTINCT FROM me;
     GET DIAGNOSTICS runs = ROW_COUNT;
     IF runs > 0 THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
     RETURN firings + runs;
 END

@@ -346,7 +346,7 @@ BEGIN
     -- Tasks came due: schedulers waiting for their firings (they skipped the tasks this
     -- session holds) look again at this commit, not at their next tick.
     IF FOUND THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_firings', '');
+        PERFORM rendezvous._announce('rendezvous_firings', '');
     END IF;
 END
 $$;

@@ -175,7 +175,7 @@ BEGIN
     UPDATE rendezvous.runs r SET runnable_at = now_, waiting_for = NULL, updated_at = now_
      WHERE r.run_id = signal_run.run_id AND r.state = 'pending' AND r.waiting_for = 'signal:' || signal_run.name;
     IF FOUND THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
     PERFORM rendezvous._durable_commit();
     RETURN true;
@@ -313,7 +313,7 @@ BEGIN
      WHERE p.run_id = ANY (parents) AND p.state = 'pending' AND p.waiting_for = 'children'
        AND NOT EXISTS (SELECT 1 FROM rendezvous.runs c WHERE c.parent_run_id = p.run_id AND c.state IN ('pending', 'running'));
     IF FOUND THEN
-        PERFORM pg_catalog.pg_notify('rendezvous_runs', '');
+        PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
 END
 $$;

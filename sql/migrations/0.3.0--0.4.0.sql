@@ -48,3 +48,14 @@ COMMENT ON TYPE rendezvous.run_wait IS
 -- A retention longer than 1000 years is refused now (set_retention): one set before made every
 -- prune() fail (#39). It meant "for ever", which NULL says.
 UPDATE rendezvous.retention SET keep = NULL WHERE keep > interval '1000 years';
+
+-- Announcements hosts can trust (announce.rs, #39): the key of their MACs and their numbers.
+CREATE TABLE rendezvous._announcement_key (
+    key bytea NOT NULL
+);
+COMMENT ON TABLE rendezvous._announcement_key IS
+    'The key of the MACs on the extension''s notifications (announce.rs); made at install, read by rendezvous_host.';
+INSERT INTO rendezvous._announcement_key (key)
+SELECT pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text
+                                               || pg_catalog.clock_timestamp()::text, 'UTF8'));
+CREATE SEQUENCE rendezvous._announcements;

@@ -476,3 +476,92 @@ async fn a_slow_host_holds_little_that_idle_hosts_could_run() {
     assert!(slow * 10 <= RUNS, "the slow host ran {slow} of {RUNS}: {ran:?}");
     assert_eq!(ran.values().sum::<u32>() as i64, RUNS, "{ran:?}");
 }
+
+/// Anyone who can connect may NOTIFY the runtime's channels (#39): a host acts only on the
+/// extension's own announcements (signed, numbered), so a flood of forged and replayed
+/// notifications makes no look at the database and cancels nothing; a real cancel_run still
+/// reaches the handler at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn anyones_notify_wakes_no_host_and_cancels_nothing() {
+    let db = TestDb::new("runs_forged_notify").await;
+    let admin = db.connect().await;
+    let intruder_role = format!("rz_intruder_{}", std::process::id());
+    admin
+        .batch_execute(&format!("DROP ROLE IF EXISTS {intruder_role}; CREATE ROLE {intruder_role} LOGIN"))
+        .await
+        .unwrap();
+    let intruder =
+        rendezvous_tests::connect(&db.url.replacen("postgres@", &format!("{intruder_role}@"), 1)).await;
+    let told: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let t = told.clone();
+    let options = WorkerOptions::default().with_poll(Duration::from_secs(60)).with_rank_delay(Duration::ZERO);
+    let worker = Worker::builder(db.url.as_str(), "host-a")
+        .options(options)
+        .workflow("long", move |job: Job| {
+            let told = t.clone();
+            async move {
+                tokio::select! {
+                    _ = job.cancelled() => *told.lock().unwrap() = Some(Instant::now()),
+                    _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+                }
+                Ok::<(), String>(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let run = spawn_run(&admin, "acme", "long", &json!({}), None).await.unwrap();
+    wait_for_count(&admin, "SELECT count(*) FROM rendezvous.runs WHERE state = 'running'", 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The last genuine announcement on rendezvous_runs, as the intruder could have heard it.
+    let heard: String = admin
+        .query_one(
+            "SELECT n || ':' || encode(sha256(k.key || sha256(convert_to('rendezvous_runs:' || n || ':', 'UTF8'))), 'hex') || ':'
+               FROM (SELECT last_value AS n FROM rendezvous._announcements) s, rendezvous._announcement_key k",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let quiet = worker.stats();
+    let mut sent = 0u64;
+    for round in 0..100 {
+        let id = run.run_id;
+        intruder
+            .batch_execute(&format!(
+                "NOTIFY rendezvous_runs, 'x{round}'; NOTIFY rendezvous_cancel, '{id}';
+                 SELECT pg_notify('rendezvous_cancel', '{round}:{zeros}:{id}'); SELECT pg_notify('rendezvous_runs', '{heard}');",
+                zeros = "0".repeat(64)
+            ))
+            .await
+            .unwrap();
+        sent += 4;
+    }
+    let start = Instant::now();
+    while worker.stats().ignored_wakeups - quiet.ignored_wakeups < sent {
+        assert!(start.elapsed() < Duration::from_secs(10), "the forged notifications did not all arrive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let flooded = worker.stats();
+    // A heartbeat may fall due meanwhile: at most a look or two, never one per notification.
+    assert!(
+        flooded.looks - quiet.looks <= 2,
+        "{sent} forged notifications made {} looks",
+        flooded.looks - quiet.looks
+    );
+    assert!(told.lock().unwrap().is_none(), "a forged rendezvous_cancel reached the handler");
+
+    let cancelled_at = Instant::now();
+    assert!(runs::cancel_run(&admin, run.run_id).await.unwrap());
+    let start = Instant::now();
+    while told.lock().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(5), "a real cancel_run did not reach the handler");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let after = told.lock().unwrap().unwrap().duration_since(cancelled_at);
+    assert!(after < Duration::from_secs(1), "the handler was told after {after:?}");
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+    drop(intruder);
+    admin.batch_execute(&format!("DROP OWNED BY {intruder_role}; DROP ROLE {intruder_role}")).await.ok();
+}

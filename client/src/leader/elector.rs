@@ -10,7 +10,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Notification};
 
 use super::{resign, LeaderClaim, LeaderOptions, Leadership};
-use crate::{replication, signals, sql, Database, Error, Result};
+use crate::{announce, replication, signals, sql, Database, Error, Result};
 
 /// A dedicated session: its client, its backend pid, a signal when its connection ends, and
 /// the leader announcements it listens to.
@@ -19,6 +19,10 @@ pub(super) struct ElectorSession {
     pid: i32,
     closed: oneshot::Receiver<()>,
     announcements: mpsc::Receiver<Notification>,
+    /// The key of the extension's announcements, and the highest number heard for this
+    /// group (a forged or replayed announcement is ignored: announce.rs).
+    key: Vec<u8>,
+    heard: i64,
     warnings: mpsc::Receiver<String>,
     /// Ends it at once when a call gets no answer in time (its server session must not live on).
     give_up: crate::connection::GiveUp,
@@ -142,7 +146,7 @@ impl Run {
                 _ = &mut session.closed => {
                     return Err(Error::Disconnected("connection closed while following".into()));
                 }
-                _ = announced(&mut session.announcements, &self.group) => {}
+                _ = announced(&mut session.announcements, &session.key, &mut session.heard, &self.group) => {}
                 _ = tokio::time::sleep(retry) => {}
             }
         }
@@ -249,6 +253,7 @@ impl Run {
         let abandoned = watched.give_up.on_drop();
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
         watched.client.batch_execute(sql::WARNINGS_ON).await?;
+        let key = announce::read_key(&watched.client).await?;
         abandoned.disarm();
         let pid = watched.pid;
         Ok(ElectorSession {
@@ -256,6 +261,8 @@ impl Run {
             pid,
             closed: watched.closed,
             announcements: watched.notifications,
+            key,
+            heard: 0,
             warnings: watched.warnings,
             give_up: watched.give_up,
         })
@@ -337,11 +344,21 @@ impl Run {
 }
 
 /// Returns when `group`'s lock is announced free on the session's channel (other groups'
-/// announcements are skipped); never, if the connection's notifications end.
-async fn announced(announcements: &mut mpsc::Receiver<Notification>, group: &str) {
+/// announcements, and any the extension did not send or that were heard before, are
+/// skipped); never, if the connection's notifications end.
+async fn announced(
+    announcements: &mut mpsc::Receiver<Notification>,
+    key: &[u8],
+    heard: &mut i64,
+    group: &str,
+) {
     while let Some(n) = announcements.recv().await {
-        if n.payload() == group {
-            return;
+        match announce::verify(key, n.channel(), n.payload()) {
+            Some((number, data)) if data == group && number > *heard => {
+                *heard = number;
+                return;
+            }
+            _ => {}
         }
     }
     std::future::pending::<()>().await

@@ -15,6 +15,7 @@ use super::maintenance::RETENTION_KEY;
 use super::run_source::{self, RunLook};
 use super::stats::Counters;
 use super::{firing_source, Clock, Shared};
+use crate::announce::{self, Heard};
 use crate::membership::{self, LiveView};
 use crate::task::schedule_task;
 use crate::{signals, sql, Error, Result};
@@ -33,6 +34,10 @@ pub(super) struct Control {
     /// Announcements of runs that became runnable (when the worker has workflows) and of
     /// firings just made (when it has task handlers).
     pub(super) wakeups: tokio::sync::mpsc::Receiver<tokio_postgres::Notification>,
+    /// The key that tells the extension's announcements from anyone's NOTIFY, and the
+    /// announcements heard (a replay is ignored).
+    key: Vec<u8>,
+    heard: Heard,
     /// Ends it at once when a look gets no answer in time.
     give_up: crate::connection::GiveUp,
 }
@@ -60,9 +65,10 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
     if !shared.handlers.is_empty() {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
+    let key = announce::read_key(&client).await?;
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
     abandoned.disarm();
-    Ok(Control { client, wakeups: watched.notifications, give_up: watched.give_up })
+    Ok(Control { client, wakeups: watched.notifications, key, heard: Heard::new(), give_up: watched.give_up })
 }
 
 /// The scheduling loop; returns the handles of firings still running when it stopped.
@@ -103,38 +109,45 @@ pub(super) async fn run(
             },
         };
         let ticked = Instant::now();
-        // A look that gets no answer (a primary that cannot commit, a dead path) ends with the
-        // timeout, and the connection is made again; a shutdown does not wait for it.
+        Counters::add(&shared.counters.looks);
+        // A look that gets no answer in time is cancelled; a server that answers the cancel is
+        // only slow and the connection is kept, whatever the look did known (claims it made are
+        // started); one that does not (a primary that cannot commit, a dead path) loses the
+        // connection, and it is made again. A shutdown does not wait for it.
+        let give_up = control_now.give_up.clone();
         let looked = tokio::select! {
-            r = tokio::time::timeout(
+            r = crate::connection::bounded(
+                &give_up,
                 shared.options.call_timeout,
-                tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat, &mut jobs),
+                timed(
+                    shared.options.call_timeout,
+                    &shared,
+                    tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat, &mut jobs),
+                ),
             ) => r,
             _ = stop.changed() => break,
         };
-        let looked = looked.unwrap_or_else(|_| {
-            Counters::add(&shared.counters.timeouts);
-            control_now.give_up.now();
-            Err(crate::connection::no_answer(shared.options.call_timeout))
-        });
         match looked {
             Ok(wait) => {
-                let wakeups = &mut control_now.wakeups;
+                backoff = Duration::from_millis(100);
+                let Control { wakeups, key, heard, .. } = &mut control_now;
                 let mut next_look = ticked + wait;
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep_until(next_look.into()) => break,
                         Some(n) = wakeups.recv() => {
-                            // A run running here was cancelled: its job is told at once.
-                            if cancelled(&shared, &n) {
-                                continue;
-                            }
                             // Runs became runnable, or another host made a burst of firings:
-                            // look now, once for all announced meanwhile.
+                            // look now, once for all announced meanwhile. A cancelled run
+                            // running here: its job is told at once. Anyone's NOTIFY, or a
+                            // replay: nothing.
+                            let mut look = heed(&shared, key, heard, &n);
                             while let Ok(n) = wakeups.try_recv() {
-                                cancelled(&shared, &n);
+                                look |= heed(&shared, key, heard, &n);
                             }
-                            break;
+                            if look {
+                                break;
+                            }
+                            continue;
                         }
                         _ = shared.finished.notified() => {
                             // Work queued here takes a freed slot with no look at the database.
@@ -161,7 +174,14 @@ pub(super) async fn run(
                 control = Some(control_now);
             }
             Err(e) => {
-                tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler's look failed; connecting again");
+                // A look cancelled on a slow server keeps its connection; any other failure
+                // makes a new one.
+                if !control_now.client.is_closed() && crate::connection::cancelled_statement(&e) {
+                    tracing::warn!(host_id = %shared.host_id, "the server is slow: the scheduler's look was cancelled; looking again");
+                    control = Some(control_now);
+                } else {
+                    tracing::warn!(host_id = %shared.host_id, error = %e, "scheduler's look failed; connecting again");
+                }
                 sleep_or_stop(jittered(backoff), &mut stop).await;
                 backoff = (backoff * 2).min(shared.options.max_backoff);
             }
@@ -171,18 +191,39 @@ pub(super) async fn run(
     jobs
 }
 
-/// Whether `n` announced a cancelled run (channel rendezvous_cancel, the run id as payload);
-/// if the run runs here, its job is told.
-fn cancelled(shared: &Shared, n: &tokio_postgres::Notification) -> bool {
-    if n.channel() != "rendezvous_cancel" {
+/// `look`, counting in `timeouts` when it has no answer within `limit` (it goes on: see
+/// `connection::bounded`).
+async fn timed<T>(limit: Duration, shared: &Shared, look: impl std::future::Future<Output = T>) -> T {
+    tokio::pin!(look);
+    match tokio::time::timeout(limit, &mut look).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            Counters::add(&shared.counters.timeouts);
+            look.await
+        }
+    }
+}
+
+/// Whether `n` asks for a look: an announcement of the extension heard for the first time, on
+/// the runs' or firings' channel. One that cancels a run running here tells its job.
+fn heed(shared: &Shared, key: &[u8], heard: &mut Heard, n: &tokio_postgres::Notification) -> bool {
+    let Some((number, data)) = announce::verify(key, n.channel(), n.payload()) else {
+        Counters::add(&shared.counters.ignored_wakeups);
+        return false;
+    };
+    if !heard.first(number) {
+        Counters::add(&shared.counters.ignored_wakeups);
         return false;
     }
-    if let Ok(run_id) = n.payload().parse::<i64>() {
+    if n.channel() != "rendezvous_cancel" {
+        return true;
+    }
+    if let Ok(run_id) = data.parse::<i64>() {
         if let Some(cancel) = shared.cancels.lock().expect("cancels lock").get(&run_id) {
             cancel.send_replace(true);
         }
     }
-    true
+    false
 }
 
 /// A new control connection within the call timeout (registering tasks and heartbeating are

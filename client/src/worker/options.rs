@@ -66,9 +66,11 @@ pub struct WorkerOptions {
     /// The longest the worker waits for one look at the database or one call on its side
     /// connection (a renewal, a batch of completions): a primary that cannot commit (cut off
     /// from its synchronous standby) or a dead network path would otherwise hold it forever.
-    /// Past it, the connection is given up (closed, its statement cancelled, so its server
-    /// session ends too) and made again (through a multi-host URL, to whichever server accepts
-    /// writes). Default 10 s.
+    /// Past it, the call's statement is cancelled. A server that answers the cancel is only
+    /// slow: the call gets as long again to end (with its answer or the cancellation), and the
+    /// connection is kept. Otherwise, or still without an answer, the connection is given up
+    /// (closed, so its server session ends too) and made again (through a multi-host URL, to
+    /// whichever server accepts writes). Default 10 s.
     pub call_timeout: Duration,
     /// The most runs claimed ahead of free slots into a local queue, so a handler that
     /// finishes starts the next run without a look at the database (a claim then fetches many).

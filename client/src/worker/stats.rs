@@ -21,14 +21,21 @@ pub struct WorkerStats {
     pub released: u64,
     /// New control connections after one was lost.
     pub reconnects: u64,
-    /// Looks at the database and connection attempts given up at the call timeout (a primary
-    /// that cannot commit, a dead network path); each drops the connection.
+    /// Looks at the database and connection attempts with no answer within the call timeout:
+    /// each is cancelled, and its connection kept if the server answered the cancel (only slow),
+    /// given up otherwise (a primary that cannot commit, a dead network path).
     pub timeouts: u64,
     /// Runs parked by their handler (a durable timer, a wait for a signal or children): their
     /// slot given back until it comes.
     pub parked: u64,
     /// Runs cancelled while their handler ran here.
     pub cancelled: u64,
+    /// Looks at the database by the control loop (each a few statements: heartbeat when due,
+    /// due firings, run claims).
+    pub looks: u64,
+    /// Notifications on the runtime's channels that the extension did not send (anyone may
+    /// `NOTIFY`), or repeated: ignored, at no cost to the database.
+    pub ignored_wakeups: u64,
 }
 
 #[derive(Default)]
@@ -44,6 +51,8 @@ pub(super) struct Counters {
     pub(super) timeouts: AtomicU64,
     pub(super) parked: AtomicU64,
     pub(super) cancelled: AtomicU64,
+    pub(super) looks: AtomicU64,
+    pub(super) ignored_wakeups: AtomicU64,
 }
 
 impl Counters {
@@ -65,6 +74,8 @@ impl Counters {
             timeouts: g(&self.timeouts),
             parked: g(&self.parked),
             cancelled: g(&self.cancelled),
+            looks: g(&self.looks),
+            ignored_wakeups: g(&self.ignored_wakeups),
         }
     }
 }
