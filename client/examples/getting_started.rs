@@ -13,6 +13,10 @@ async fn main() -> rendezvous_client::Result<()> {
     let url = args.next().unwrap_or_else(|| "postgres://app@localhost/app".into());
     let host = args.next().unwrap_or_else(|| "host-1".into());
 
+    // The client says what it does (reconnects, a slow server, a leader's term) through
+    // `tracing`: print it, or a broken service is silent.
+    tracing_subscriber::fmt().with_max_level(tracing::Level::INFO).init();
+
     // Connections for your own calls: broken ones are replaced by themselves (a terminated
     // backend, a server restart), so no reconnect code is needed. Fails here on a bad URL, an
     // unreachable server or a missing extension.

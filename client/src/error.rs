@@ -9,7 +9,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Non-exhaustive: later versions may add variants, so a `match` needs a `_` arm. Errors from
 /// `tokio_postgres` convert with `?` (see the [`From`] impl), so code mixing its own queries
 /// with the client's calls can use this one error type.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Debug` prints the message, as `Display` does (with the server's detail and hint), so a
+/// `main` that returns `Result<(), Error>` says what went wrong and what to do, not a variant
+/// name.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The database has no `pg_rendezvous`.
@@ -106,6 +110,12 @@ pub enum Error {
     Db(#[source] tokio_postgres::Error),
 }
 
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
 /// A driver error with what caused it: the server's message, SQLSTATE, detail and hint, or the
 /// chain of causes (a refused TLS certificate, say). tokio-postgres's own text is only "db
 /// error" or "error performing TLS handshake".
@@ -200,6 +210,13 @@ pub(crate) fn check_id(what: &str, value: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_says_what_to_do_as_display_does() {
+        let e = Error::ExtensionMissing;
+        assert_eq!(format!("{e:?}"), e.to_string());
+        assert!(format!("{e:?}").contains("CREATE EXTENSION pg_rendezvous"));
+    }
 
     /// Every variant's name. A match with no `_` arm: a new variant does not compile until it is
     /// named here, and then the docs test below asks for it in docs/client.md.

@@ -565,3 +565,82 @@ async fn anyones_notify_wakes_no_host_and_cancels_nothing() {
     drop(intruder);
     admin.batch_execute(&format!("DROP OWNED BY {intruder_role}; DROP ROLE {intruder_role}")).await.ok();
 }
+
+/// A handler is bounded by its claim (#43): when the lease is lost while it runs (here the
+/// run is taken from it, as a takeover would), the statement it is stuck in is cancelled, its
+/// slot freed for the next run at once, and its result counts for nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_past_its_lease_is_cancelled_and_its_slot_freed() {
+    let db = TestDb::new("runs_lease_bound").await;
+    let admin = db.connect().await;
+    let ended: Arc<Mutex<Option<(Instant, String)>>> = Arc::default();
+    let quick_done = Arc::new(AtomicU32::new(0));
+    let (e, q) = (ended.clone(), quick_done.clone());
+    let options = WorkerOptions::default()
+        .with_max_concurrent(1)
+        .with_prefetch(0)
+        .with_run_lease(Duration::from_secs(3))
+        .with_poll(Duration::from_millis(200))
+        .with_rank_delay(Duration::ZERO);
+    let worker = Worker::builder(db.url.as_str(), "host-a")
+        .options(options)
+        .workflow("stuck", move |job: Job| {
+            let ended = e.clone();
+            async move {
+                let client = job.client().await.map_err(|e| e.to_string())?;
+                let r = client.execute("SELECT pg_sleep(600)", &[]).await;
+                *ended.lock().unwrap() = Some((Instant::now(), format!("{r:?}")));
+                r.map(|_| ()).map_err(|e| e.to_string())
+            }
+        })
+        .workflow("quick", move |_job: Job| {
+            let quick_done = q.clone();
+            async move {
+                quick_done.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let stuck = spawn_run(&admin, "acme", "stuck", &json!({}), None).await.unwrap();
+    rendezvous_tests::wait_for_count(
+        &admin,
+        "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(600)'",
+        1,
+    )
+    .await;
+    spawn_run(&admin, "acme", "quick", &json!({}), None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(quick_done.load(Ordering::SeqCst), 0, "the only slot is taken by the stuck handler");
+    // The claim is taken from the handler (as a takeover after a lost lease would).
+    let taken_at = Instant::now();
+    admin
+        .execute(
+            "UPDATE rendezvous.runs SET token = token + 1, holder = 'another' WHERE run_id = $1",
+            &[&stuck.run_id],
+        )
+        .await
+        .unwrap();
+    let start = Instant::now();
+    while quick_done.load(Ordering::SeqCst) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the slot was never freed: {:?}", worker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (at, how) = ended.lock().unwrap().clone().expect("the stuck statement ended");
+    // A renewal every second (a third of the lease) finds the claim gone, then cancels.
+    assert!(
+        at.duration_since(taken_at) < Duration::from_secs(4),
+        "ended {:?} after",
+        at.duration_since(taken_at)
+    );
+    assert!(how.contains("57014") || how.contains("cancel"), "{how}");
+    assert_eq!(worker.stats().lost_leases, 1);
+    let state: String = admin
+        .query_one("SELECT state FROM rendezvous.runs WHERE run_id = $1", &[&stuck.run_id])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "running", "the run is the new holder's: the old handler's failure recorded nothing");
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+}

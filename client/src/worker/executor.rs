@@ -133,6 +133,7 @@ async fn run_job(
     if let Some(id) = run_id {
         shared.cancels.lock().expect("cancels lock").insert(id, cancel);
     }
+    let statement = Arc::new(std::sync::Mutex::new(None));
     let job = Job {
         work: work.clone(),
         key: key.clone(),
@@ -140,6 +141,7 @@ async fn run_job(
         attempt,
         host_id: shared.host_id.clone(),
         client: tokio::sync::OnceCell::new(),
+        statement: statement.clone(),
         shared: shared.clone(),
         completed: completed.clone(),
         parked: parked.clone(),
@@ -152,14 +154,15 @@ async fn run_job(
         until_cancelled(told.clone()).await;
         tokio::time::sleep(shared.options.cancel_grace).await;
     };
-    // Renewals run beside the handler on the side connection, never in its way.
+    // Renewals run beside the handler on the side connection, never in its way. They end when
+    // the lease is lost (another host took the work over, or it was ended for this holder).
     let renewals = async {
         let every = (lease / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
             match renew(shared, &work, token, lease).await {
                 Ok(Some(_)) => {}
-                Ok(None) => tracing::warn!("lease lost while running: another host took over"),
+                Ok(None) => return,
                 Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
             }
         }
@@ -167,7 +170,25 @@ async fn run_job(
     tokio::pin!(handled, renewals, cut_off);
     let outcome = tokio::select! {
         r = &mut handled => Some(r),
-        _ = &mut renewals => unreachable!("renewals loop until the work ends"),
+        _ = &mut renewals => {
+            // The claim is gone: the handler's statement is cancelled (one stuck in a lock or a
+            // synchronous-replication wait would hold the slot for ever) and the handler has
+            // cancel_grace to return; its result counts for nothing, the work is another's.
+            tracing::warn!("lease lost while running: another host took over; the handler's statement is cancelled");
+            let cancel = statement.lock().expect("statement lock").clone();
+            if let Some(cancel) = cancel {
+                if let Err(e) = shared.database.cancel(&cancel).await {
+                    tracing::debug!(error = %e, "could not cancel the handler's statement");
+                }
+            }
+            let _ = tokio::time::timeout(shared.options.cancel_grace, &mut handled).await;
+            Counters::add(&shared.counters.lost_leases);
+            if let Some(id) = run_id {
+                shared.cancels.lock().expect("cancels lock").remove(&id);
+            }
+            free_slot();
+            return;
+        }
         _ = &mut cut_off => None,
     };
     if let Some(id) = run_id {

@@ -58,6 +58,9 @@ pub struct Job {
     /// Taken from the pool on first use: a handler that never touches the database holds no
     /// connection.
     pub(super) client: tokio::sync::OnceCell<PooledClient>,
+    /// What cancels the statement running on the job's connection, once it has one (the
+    /// runtime cancels it when the claim's lease is lost).
+    pub(super) statement: Arc<std::sync::Mutex<Option<tokio_postgres::CancelToken>>>,
     pub(super) shared: Arc<Shared>,
     pub(super) completed: Arc<AtomicBool>,
     /// Set when the run gave its slot back (a timer, a wait): the handler's return is not the
@@ -122,7 +125,14 @@ impl Job {
     /// The job's connection (from the worker's pool, taken on first use), for reads and
     /// writes outside the fenced transaction.
     pub async fn client(&self) -> Result<&Client> {
-        Ok(self.client.get_or_try_init(|| self.shared.pool.get()).await?)
+        Ok(self
+            .client
+            .get_or_try_init(|| async {
+                let client = self.shared.pool.get().await?;
+                *self.statement.lock().expect("statement lock") = Some(client.cancel_token());
+                Ok::<_, Error>(client)
+            })
+            .await?)
     }
 
     /// Begins a transaction on the job's connection whose [`FencedTransaction::complete`]

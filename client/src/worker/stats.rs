@@ -30,6 +30,9 @@ pub struct WorkerStats {
     pub parked: u64,
     /// Runs cancelled while their handler ran here.
     pub cancelled: u64,
+    /// Claims whose lease was lost while their handler ran (another host took the work over):
+    /// the handler's statement was cancelled and its slot freed, its result ignored.
+    pub lost_leases: u64,
     /// Looks at the database by the control loop (each a few statements: heartbeat when due,
     /// due firings, run claims).
     pub looks: u64,
@@ -51,6 +54,7 @@ pub(super) struct Counters {
     pub(super) timeouts: AtomicU64,
     pub(super) parked: AtomicU64,
     pub(super) cancelled: AtomicU64,
+    pub(super) lost_leases: AtomicU64,
     pub(super) looks: AtomicU64,
     pub(super) ignored_wakeups: AtomicU64,
 }
@@ -74,6 +78,7 @@ impl Counters {
             timeouts: g(&self.timeouts),
             parked: g(&self.parked),
             cancelled: g(&self.cancelled),
+            lost_leases: g(&self.lost_leases),
             looks: g(&self.looks),
             ignored_wakeups: g(&self.ignored_wakeups),
         }
