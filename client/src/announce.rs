@@ -8,17 +8,18 @@ use tokio_postgres::Client;
 
 use crate::{sql, Result};
 
-/// The install's key, read through `rendezvous._announcement_key()` (granted to
-/// `rendezvous_host`).
-pub(crate) async fn read_key(client: &Client) -> Result<Vec<u8>> {
-    Ok(sql::query_one(client, sql::ANNOUNCEMENT_KEY, &[]).await?.get(0))
+/// The install's key and the last number handed out so far, read through
+/// `rendezvous._announcement_key()` (granted to `rendezvous_host`).
+pub(crate) async fn read_key(client: &Client) -> Result<(Vec<u8>, i64)> {
+    let row = sql::query_one(client, sql::ANNOUNCEMENT_KEY, &[]).await?;
+    Ok((row.get(0), row.get(1)))
 }
 
 /// The number and data of `payload` heard on `channel`, if its MAC holds under `key`.
 pub(crate) fn verify<'p>(key: &[u8], channel: &str, payload: &'p str) -> Option<(i64, &'p str)> {
     let (number, rest) = payload.split_once(':')?;
     let (mac, data) = rest.split_once(':')?;
-    let n: i64 = number.parse().ok()?;
+    let n: i64 = number.parse().ok().filter(|n| *n > 0)?;
     let mut outer = Sha256::new();
     outer.update(key);
     outer.update(&sha256(format!("{channel}:{number}:{data}").as_bytes()));
@@ -34,32 +35,37 @@ fn hex(bytes: &[u8]) -> String {
 /// The announcement numbers a connection heard lately (a sliding window, as IPsec's
 /// anti-replay): a number is new if it is above the highest heard, or within the window below
 /// it and not heard yet. Numbers come from one sequence, so they arrive nearly in order (a
-/// transaction that took its number earlier may commit later): the window covers that. Anything
-/// a replayer heard, this connection heard first (notifications are delivered in commit order,
-/// and the replay is sent after the original).
+/// transaction that took its number earlier may commit later): the window covers that.
+/// Everything handed out before the connection was made counts as heard (a replayer may have
+/// recorded it; the look made on connecting covers what it announced); anything a replayer
+/// heard since, this connection heard first (notifications are delivered in commit order, and
+/// the replay is sent after the original).
 pub(crate) struct Heard {
-    highest: Option<i64>,
+    highest: i64,
     bits: Vec<u64>,
 }
 
 /// How many numbers below the highest are still told apart.
 const WINDOW: i64 = 1 << 16;
 
+/// A jump further than this past the highest number heard is believed once but not recorded:
+/// the sequence cannot have moved that far, so only a holder of the key (a host role) made
+/// it up, and it must not push every real number below the window.
+const MOST_PLAUSIBLE_JUMP: i64 = 1 << 32;
+
 impl Heard {
-    pub(crate) fn new() -> Self {
-        Heard { highest: None, bits: vec![0; (WINDOW / 64) as usize] }
+    /// Every number up to `last` (the sequence's last value when the connection was made)
+    /// counts as heard.
+    pub(crate) fn after(last: i64) -> Self {
+        Heard { highest: last.max(0), bits: vec![u64::MAX; (WINDOW / 64) as usize] }
     }
 
-    /// Whether `n` is heard for the first time (and remembers it).
+    /// Whether `n` (positive) is heard for the first time (and remembers it).
     pub(crate) fn first(&mut self, n: i64) -> bool {
-        let highest = match self.highest {
-            None => {
-                self.highest = Some(n);
-                self.set(n);
-                return true;
-            }
-            Some(h) => h,
-        };
+        let highest = self.highest;
+        if n > highest.saturating_add(MOST_PLAUSIBLE_JUMP) {
+            return true;
+        }
         if n > highest {
             if n - highest >= WINDOW {
                 self.bits.iter_mut().for_each(|w| *w = 0);
@@ -68,11 +74,11 @@ impl Heard {
                     self.clear(m);
                 }
             }
-            self.highest = Some(n);
+            self.highest = n;
             self.set(n);
             return true;
         }
-        if highest - n >= WINDOW || self.get(n) {
+        if n <= 0 || highest - n >= WINDOW || self.get(n) {
             return false;
         }
         self.set(n);
@@ -127,7 +133,9 @@ mod tests {
 
     #[test]
     fn a_number_is_heard_once_late_ones_within_the_window_too() {
-        let mut h = Heard::new();
+        let mut h = Heard::after(9);
+        assert!(!h.first(9), "handed out before the connection");
+        assert!(!h.first(1));
         assert!(h.first(10));
         assert!(!h.first(10));
         assert!(h.first(12));
@@ -139,5 +147,10 @@ mod tests {
         assert!(h.first(5 * WINDOW), "a jump clears the window");
         assert!(!h.first(5 * WINDOW));
         assert!(h.first(5 * WINDOW - 1));
+        // A made-up number far ahead is believed once and not recorded.
+        assert!(h.first(i64::MAX));
+        assert!(h.first(5 * WINDOW + 1), "real numbers still count");
+        assert!(!h.first(5 * WINDOW + 1));
+        assert!(!h.first(0) && !h.first(i64::MIN));
     }
 }

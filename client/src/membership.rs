@@ -158,10 +158,12 @@ pub struct MembershipOptions {
     pub weight: f64,
     /// Time between heartbeats. Default 2 s; keep it well under the staleness window (10 s).
     pub interval: Duration,
-    /// The longest one heartbeat (with its connect) may take. A heartbeat is a commit, which a
-    /// primary cut off from its synchronous standby never acknowledges, and a dead network path
-    /// never answers: past this, the connection is dropped and made again (through a
-    /// multi-host URL, to whichever server accepts writes). Default 10 s.
+    /// How long one heartbeat (with its connect) may go without an answer. A heartbeat is a
+    /// commit, which a primary cut off from its synchronous standby never acknowledges, and a
+    /// dead network path never answers: past this, its statement is cancelled; a server that
+    /// answers the cancel (only slow) keeps the connection and the heartbeat gets as long
+    /// again; otherwise (or a cancelled wait for the standby) the connection is given up and
+    /// made again (through a multi-host URL, to whichever server accepts writes). Default 10 s.
     pub call_timeout: Duration,
 }
 
@@ -295,7 +297,8 @@ impl Membership {
     }
 
     /// Stops heartbeating and leaves the live set, so the rest of the fleet sees the host gone
-    /// at once; waits at most `deadline` (the leave call itself at most `call_timeout`).
+    /// at once; waits at most `deadline` (the leave call itself at most twice `call_timeout`
+    /// and the cancel's bound, as a heartbeat).
     /// [`ShutdownReport::left`] says whether the leave was recorded. Stops the heartbeat for
     /// every clone of this handle.
     pub async fn shutdown(self, deadline: Duration) -> Result<ShutdownReport> {

@@ -20,7 +20,9 @@ pub(crate) struct Session {
     database: Database,
     application_name: String,
     client: tokio::sync::Mutex<Option<(Arc<Client>, GiveUp)>>,
-    /// The longest one call (its connection included) may take.
+    /// How long one call may go without an answer before it is cancelled (and, if the server
+    /// does not answer the cancel, or still not the call, given up: at most twice this plus the
+    /// cancel's bound; see `connection::bounded`).
     timeout: Duration,
     /// The `component` label of `rendezvous_reconnects_total` for connections made again
     /// after one was lost; `None`: not counted.
@@ -50,7 +52,7 @@ impl Session {
     /// The open connection, or a new one.
     async fn get(&self) -> Result<Arc<Client>> {
         let mut slot = self.client.lock().await;
-        if let Some((c, _)) = slot.as_ref().filter(|(c, _)| !c.is_closed()) {
+        if let Some((c, _)) = slot.as_ref().filter(|(c, g)| !c.is_closed() && !g.given_up()) {
             return Ok(c.clone());
         }
         let watched = crate::connection::connect_watched(&self.database, &self.application_name).await?;
@@ -102,7 +104,11 @@ impl Session {
                     continue;
                 }
             };
-            let Some(give_up) = self.give_up_of(&client).await else { continue };
+            let Some(give_up) = self.give_up_of(&client).await else {
+                // Replaced meanwhile by another caller's reconnection: try again on it.
+                last = Some(Error::Disconnected("the connection was replaced meanwhile".into()));
+                continue;
+            };
             match crate::connection::bounded(&give_up, self.timeout, call(client.clone())).await {
                 // A lost connection (given up: no answer in time), a statement cancelled on a
                 // slow server, or a server that stopped taking writes (its connection closes

@@ -208,13 +208,14 @@ crate::sql_statements! {
     /// `$1` workflow refs (NULL: any).
     NEXT_RUNNABLE_AT = "SELECT rendezvous.next_runnable_at($1::text[])"
         (TEXT_ARRAY) -> ("next_runnable_at": TIMESTAMPTZ);
-    /// The key that signs the extension's announcements (announce.rs).
-    ANNOUNCEMENT_KEY = "SELECT rendezvous._announcement_key()"
-        () -> ("_announcement_key": BYTEA);
+    /// The key that signs the extension's announcements (announce.rs), and the last number
+    /// handed out so far.
+    ANNOUNCEMENT_KEY = "SELECT key, last_number FROM rendezvous._announcement_key()"
+        () -> ("key": BYTEA, "last_number": INT8);
     /// Wake-ups when a run becomes runnable (spawn, retry, a holder gone, a release).
     LISTEN_RUNS = "LISTEN rendezvous_runs"
         () -> ();
-    /// Cancellations of running runs (cancel_run): the payload is the run id.
+    /// Cancellations of running runs (cancel_run): the announcement's data is the run id.
     LISTEN_CANCEL = "LISTEN rendezvous_cancel"
         () -> ();
 
@@ -276,7 +277,8 @@ crate::sql_statements! {
     TRY_LEAD_CHECKED = "SELECT t.is_leader, t.leader, t.epoch, pg_catalog.pg_backend_pid()
        FROM rendezvous.try_lead($1::text, $2::text, false, pg_catalog.make_interval(secs => $3::float8)) t"
         (TEXT, TEXT, FLOAT8) -> ("is_leader": BOOL, "leader": TEXT, "epoch": INT8, "pg_backend_pid": INT4);
-    /// Listens for leader locks given back (payload: the group); the extension announces there.
+    /// Listens for leader locks given back (the announcement's data: the group); the extension
+    /// announces there.
     LISTEN_LEADERS = "LISTEN rendezvous_leader"
         () -> ();
     /// An elector's session receives the server's WARNINGs (an operator's step-down reason comes

@@ -317,19 +317,22 @@ BEGIN
     END IF;
     SELECT k.key INTO mac_key FROM rendezvous._cron_key k;
     IF kept IS NOT NULL AND kept <> ''
-       AND left(kept, 64) = rendezvous._cron_mac(mac_key, name, substr(kept, 66)) THEN
+       AND left(kept, 64) = rendezvous._cron_mac(mac_key, name || E'\x01' || coalesce(schedule, '') || E'\x01'
+                                                 || coalesce(time_zone, ''), substr(kept, 66)) THEN
         RETURN substr(kept, 66)::rendezvous._cron_schedule;
     END IF;
     s := rendezvous._cron_parse(schedule, time_zone);
     -- (Setting a parameter is not allowed in a parallel query: the functions that parse are
     -- PARALLEL UNSAFE here, PARALLEL SAFE in the native edition.)
-    PERFORM set_config(name, rendezvous._cron_mac(mac_key, name, s::text) || ':' || s::text, false);
+    PERFORM set_config(name, rendezvous._cron_mac(mac_key, name || E'\x01' || coalesce(schedule, '') || E'\x01'
+                                                  || coalesce(time_zone, ''), s::text) || ':' || s::text, false);
     RETURN s;
 END
 $$;
 
--- The MAC of a kept parse: SHA-256 of the key and the hash of the setting's name and value
--- (the inner hash has a fixed length, so nothing can be appended to a known MAC's input).
+-- The MAC of a kept parse: SHA-256 of the key and the hash of what was parsed (the setting's
+-- name, schedule and zone) and the value (the inner hash has a fixed length, so nothing can be
+-- appended to a known MAC's input).
 CREATE FUNCTION rendezvous._cron_mac(mac_key bytea, name text, kept text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
 SET search_path = pg_catalog, pg_temp

@@ -82,7 +82,12 @@ pub(crate) fn announcement(channel: &str, data: &str) -> Option<String> {
         let key = match cached {
             Some(key) => key,
             None => {
-                READ_KEY.with(|p| p.execute(&[]));
+                if READ_KEY.with(|p| p.execute(&[])) != 1 {
+                    crate::errors::raise(
+                        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                        "rendezvous._announcement_key must hold one key: run ALTER EXTENSION pg_rendezvous UPDATE, or make the extension again",
+                    );
+                }
                 let datum = kept_plan::value(0, 1).expect("the key is NOT NULL");
                 let key = <Vec<u8> as FromDatum>::from_datum(datum, false).expect("a bytea");
                 KEY.with(|k| *k.borrow_mut() = Some((table, key.clone())));

@@ -70,7 +70,7 @@ pub(crate) fn lock_tag(lock_id: i32) -> pg_sys::LOCKTAG {
     }
 }
 
-/// The channel a leader's session announces on (payload: the group) when it gives a group's
+/// The channel a leader's session announces on (data: the group, announce.rs) when it gives a group's
 /// lock back, on `resign` and when the session ends: followers LISTEN here instead of waiting
 /// inside a statement, which would hold a snapshot (and back VACUUM) for the leader's whole term.
 pub(crate) const CHANNEL: &str = "rendezvous_leader";

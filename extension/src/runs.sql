@@ -412,8 +412,8 @@ COMMENT ON FUNCTION rendezvous.assert_run(bigint, bigint) IS
 
 -- An admin's cancel: a pending or running run and its children's runs, transitively, are
 -- cancelled and never run again (a running holder's completion and fenced writes are refused
--- from now on). Each holder of one that was running is told on channel rendezvous_cancel (the
--- payload is the run id), so its work stops at once; a parent parked on its children may
+-- from now on). Each holder of one that was running is told on channel rendezvous_cancel (an
+-- announcement of the run id: announce.rs), so its work stops at once; a parent parked on its children may
 -- resume. False when the run does not exist or already finished.
 CREATE FUNCTION rendezvous.cancel_run(run_id bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE

@@ -253,7 +253,10 @@ impl Run {
         let abandoned = watched.give_up.on_drop();
         watched.client.batch_execute(sql::LISTEN_LEADERS).await?;
         watched.client.batch_execute(sql::WARNINGS_ON).await?;
-        let key = announce::read_key(&watched.client).await?;
+        // Farewells are numbered when their lock is taken, maybe long before this connection:
+        // a follower believes any signed one above the last it heard for its group (a replayer
+        // can make it claim again once per farewell it recorded, per connection).
+        let (key, _) = announce::read_key(&watched.client).await?;
         abandoned.disarm();
         let pid = watched.pid;
         Ok(ElectorSession {

@@ -65,10 +65,16 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
     if !shared.handlers.is_empty() {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
-    let key = announce::read_key(&client).await?;
+    let (key, last) = announce::read_key(&client).await?;
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
     abandoned.disarm();
-    Ok(Control { client, wakeups: watched.notifications, key, heard: Heard::new(), give_up: watched.give_up })
+    Ok(Control {
+        client,
+        wakeups: watched.notifications,
+        key,
+        heard: Heard::after(last),
+        give_up: watched.give_up,
+    })
 }
 
 /// The scheduling loop; returns the handles of firings still running when it stopped.

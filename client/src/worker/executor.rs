@@ -155,13 +155,22 @@ async fn run_job(
         tokio::time::sleep(shared.options.cancel_grace).await;
     };
     // Renewals run beside the handler on the side connection, never in its way. They end when
-    // the lease is lost (another host took the work over, or it was ended for this holder).
+    // the claim is lost: another host took the work over. (A renewal also finds no claim once
+    // the handler completed the work itself, parked the run or it was cancelled: those end as
+    // they do, and renewing stops.)
     let renewals = async {
         let every = (lease / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(every).await;
             match renew(shared, &work, token, lease).await {
                 Ok(Some(_)) => {}
+                Ok(None)
+                    if completed.load(Ordering::SeqCst)
+                        || parked.load(Ordering::SeqCst)
+                        || *told.borrow() =>
+                {
+                    std::future::pending::<()>().await
+                }
                 Ok(None) => return,
                 Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
             }
@@ -169,6 +178,8 @@ async fn run_job(
     };
     tokio::pin!(handled, renewals, cut_off);
     let outcome = tokio::select! {
+        // The handler's end first: a renewal that raced its completion finds no claim.
+        biased;
         r = &mut handled => Some(r),
         _ = &mut renewals => {
             // The claim is gone: the handler's statement is cancelled (one stuck in a lock or a
