@@ -7,12 +7,17 @@
 -- without a session (made before 0.3.0) is never gone by this test: only its lease ends it.
 -- SECURITY DEFINER (privileges.sql): other roles' sessions show their start time only to
 -- privileged roles. The backends are read once per transaction (PostgreSQL's own snapshot of
--- them), so a session that ends during a transaction still counts as there until its end.
+-- them, taken at the transaction's first look), so a session that ends during a transaction
+-- still counts as there until its end, and a session that started after the transaction did
+-- may be missing from it: such a holder is never judged gone here (the portable edition's
+-- _session_started() takes that snapshot as a claim begins, and a claimer took a run from a
+-- holder that had connected and claimed after it, a live one).
 CREATE FUNCTION rendezvous._holder_gone(pid integer, started timestamptz) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT _holder_gone.pid IS NOT NULL AND _holder_gone.started IS NOT NULL
+       AND _holder_gone.started < pg_catalog.now()
        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_get_activity(_holder_gone.pid) a
                         WHERE a.pid = _holder_gone.pid AND a.backend_start = _holder_gone.started)
 $$;

@@ -34,6 +34,9 @@ DECLARE
     runnable integer;
     parents bigint[];
 BEGIN
+    -- The backends are read afresh, after the runs below: a holder whose claim this statement
+    -- sees had connected before it (the transaction's snapshot of them may be older).
+    PERFORM pg_catalog.pg_stat_clear_snapshot();
     WITH RECURSIVE holders AS (
         (SELECT r.holder_pid AS pid, r.holder_started AS started FROM rendezvous.runs r
           WHERE r.state = 'running' AND r.holder_pid IS NOT NULL AND r.holder_started IS NOT NULL
