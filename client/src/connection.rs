@@ -186,7 +186,7 @@ impl GiveUp {
     /// in time (it is alive, only slow).
     async fn cancel_answered(&self) -> bool {
         matches!(
-            tokio::time::timeout(STRIKE_CANCEL_TIMEOUT, self.database.cancel(&self.cancel)).await,
+            tokio::time::timeout(SLOW_SERVER_CANCEL_TIMEOUT, self.database.cancel(&self.cancel)).await,
             Ok(Ok(()))
         )
     }
@@ -241,10 +241,10 @@ impl Drop for GiveUpOnDrop {
 /// The longest a cancel request may take.
 const CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// How soon a server must answer a strike's cancel request to count as alive (the kernel
+/// How soon a server must answer [`bounded`]'s cancel request to count as alive (the kernel
 /// accepts the connection and the postmaster hands the request on: milliseconds, or a second
 /// or two on a starved machine).
-const STRIKE_CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+const SLOW_SERVER_CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
 pub(crate) struct Watched {

@@ -2,9 +2,9 @@
 //! lost, and whose every call is bounded: a primary that cannot commit (cut off from its
 //! synchronous standby) or a dead network path would otherwise hold the piece forever. Past
 //! the bound the call's statement is cancelled; the connection is kept if its server answered
-//! the cancel (only slow), and given up otherwise or at the second such call in a row (closed,
-//! so the server's session ends too), and the next call connects again (through a multi-host
-//! URL, to whichever server accepts writes).
+//! the cancel (only slow) and the call then ended, and given up otherwise (closed, so the
+//! server's session ends too), and the next call connects again (through a multi-host URL, to
+//! whichever server accepts writes).
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use crate::connection::GiveUp;
-use crate::{Database, Error, Result};
+use crate::{Database, Result};
 
 /// A reconnecting, call-bounded connection (see the module's docs).
 pub(crate) struct Session {
@@ -49,11 +49,11 @@ impl Session {
         self
     }
 
-    /// The open connection, or a new one.
-    async fn get(&self) -> Result<Arc<Client>> {
+    /// The open connection, or a new one, with what gives it up.
+    async fn get(&self) -> Result<(Arc<Client>, GiveUp)> {
         let mut slot = self.client.lock().await;
-        if let Some((c, _)) = slot.as_ref().filter(|(c, g)| !c.is_closed() && !g.given_up()) {
-            return Ok(c.clone());
+        if let Some((c, g)) = slot.as_ref().filter(|(c, g)| !c.is_closed() && !g.given_up()) {
+            return Ok((c.clone(), g.clone()));
         }
         let watched = crate::connection::connect_watched(&self.database, &self.application_name).await?;
         let c = Arc::new(watched.client);
@@ -61,14 +61,8 @@ impl Session {
         if let (true, Some(component)) = (again, self.component) {
             metrics::counter!(crate::signals::RECONNECTS, "component" => component).increment(1);
         }
-        *slot = Some((c.clone(), watched.give_up));
-        Ok(c)
-    }
-
-    /// The connection `client` if it is still the session's, with what gives it up.
-    async fn give_up_of(&self, client: &Arc<Client>) -> Option<GiveUp> {
-        let slot = self.client.lock().await;
-        slot.as_ref().filter(|(c, _)| Arc::ptr_eq(c, client)).map(|(_, g)| g.clone())
+        *slot = Some((c.clone(), watched.give_up.clone()));
+        Ok((c, watched.give_up))
     }
 
     /// Forgets `client` if it is still the session's connection and was lost or given up.
@@ -97,17 +91,12 @@ impl Session {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
             }
-            let client = match self.get().await {
+            let (client, give_up) = match self.get().await {
                 Ok(c) => c,
                 Err(e) => {
                     last = Some(e);
                     continue;
                 }
-            };
-            let Some(give_up) = self.give_up_of(&client).await else {
-                // Replaced meanwhile by another caller's reconnection: try again on it.
-                last = Some(Error::Disconnected("the connection was replaced meanwhile".into()));
-                continue;
             };
             match crate::connection::bounded(&give_up, self.timeout, call(client.clone())).await {
                 // A lost connection (given up: no answer in time), a statement cancelled on a
@@ -139,12 +128,9 @@ impl Session {
         F: FnOnce(Arc<Client>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let client = match tokio::time::timeout(self.timeout, self.get()).await {
+        let (client, give_up) = match tokio::time::timeout(self.timeout, self.get()).await {
             Ok(c) => c?,
             Err(_) => return Err(crate::connection::no_answer(self.timeout)),
-        };
-        let Some(give_up) = self.give_up_of(&client).await else {
-            return Err(Error::Disconnected("the connection was replaced meanwhile".into()));
         };
         let answer = crate::connection::bounded(&give_up, self.timeout, call(client.clone())).await;
         self.forget_if_closed(&client).await;

@@ -310,6 +310,8 @@ DECLARE
     name text := 'rendezvous_cron.p' || md5(coalesce(schedule, '') || E'\x01' || coalesce(time_zone, ''));
     kept text := current_setting(name, true);
     mac_key bytea;
+    -- What the MAC covers besides the value: the setting's name, the schedule and the zone.
+    parsed text := name || E'\x01' || coalesce(schedule, '') || E'\x01' || coalesce(time_zone, '') || E'\x01';
     s rendezvous._cron_schedule;
 BEGIN
     IF NOT has_table_privilege('rendezvous._cron_key', 'SELECT') THEN
@@ -317,26 +319,16 @@ BEGIN
     END IF;
     SELECT k.key INTO mac_key FROM rendezvous._cron_key k;
     IF kept IS NOT NULL AND kept <> ''
-       AND left(kept, 64) = rendezvous._cron_mac(mac_key, name || E'\x01' || coalesce(schedule, '') || E'\x01'
-                                                 || coalesce(time_zone, ''), substr(kept, 66)) THEN
+       AND left(kept, 64) = rendezvous._mac(mac_key, parsed || substr(kept, 66)) THEN
         RETURN substr(kept, 66)::rendezvous._cron_schedule;
     END IF;
     s := rendezvous._cron_parse(schedule, time_zone);
     -- (Setting a parameter is not allowed in a parallel query: the functions that parse are
     -- PARALLEL UNSAFE here, PARALLEL SAFE in the native edition.)
-    PERFORM set_config(name, rendezvous._cron_mac(mac_key, name || E'\x01' || coalesce(schedule, '') || E'\x01'
-                                                  || coalesce(time_zone, ''), s::text) || ':' || s::text, false);
+    PERFORM set_config(name, rendezvous._mac(mac_key, parsed || s::text) || ':' || s::text, false);
     RETURN s;
 END
 $$;
-
--- The MAC of a kept parse: SHA-256 of the key and the hash of what was parsed (the setting's
--- name, schedule and zone) and the value (the inner hash has a fixed length, so nothing can be
--- appended to a known MAC's input).
-CREATE FUNCTION rendezvous._cron_mac(mac_key bytea, name text, kept text) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT encode(sha256(mac_key || sha256(convert_to(name || E'\x01' || kept, 'UTF8'))), 'hex') $$;
 
 -- Whether a date matches the day fields (day of month, month, day of week with their
 -- modifiers; the classic either-or rule unless a field is * or the + prefix asks for both).

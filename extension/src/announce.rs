@@ -76,30 +76,25 @@ pub(crate) fn announcement(channel: &str, data: &str) -> Option<String> {
     kept_plan::connect();
     // SAFETY: inside SPI_connect; the statements take no arguments and return one bytea and
     // one bigint (a by-value datum); the key is copied out before SPI_finish.
-    let (key, number) = unsafe {
-        let cached =
-            KEY.with(|k| k.borrow().as_ref().filter(|(oid, _)| *oid == table).map(|(_, key)| key.clone()));
-        let key = match cached {
-            Some(key) => key,
-            None => {
-                if READ_KEY.with(|p| p.execute(&[])) != 1 {
-                    crate::errors::raise(
+    let number = unsafe {
+        let cached = KEY.with(|k| k.borrow().as_ref().is_some_and(|(oid, _)| *oid == table));
+        if !cached {
+            if READ_KEY.with(|p| p.execute(&[])) != 1 {
+                crate::errors::raise(
                         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                         "rendezvous._announcement_key must hold one key: run ALTER EXTENSION pg_rendezvous UPDATE, or make the extension again",
                     );
-                }
-                let datum = kept_plan::value(0, 1).expect("the key is NOT NULL");
-                let key = <Vec<u8> as FromDatum>::from_datum(datum, false).expect("a bytea");
-                KEY.with(|k| *k.borrow_mut() = Some((table, key.clone())));
-                key
             }
-        };
+            let datum = kept_plan::value(0, 1).expect("the key is NOT NULL");
+            let key = <Vec<u8> as FromDatum>::from_datum(datum, false).expect("a bytea");
+            KEY.with(|k| *k.borrow_mut() = Some((table, key)));
+        }
         NEXT.with(|p| p.execute(&[]));
         let number = kept_plan::value(0, 1).expect("nextval is not NULL").value() as i64;
         pg_sys::SPI_finish();
-        (key, number)
+        number
     };
-    Some(signed(&key, channel, number, data))
+    KEY.with(|k| k.borrow().as_ref().map(|(_, key)| signed(key, channel, number, data)))
 }
 
 /// `<number>:<mac>:<data>`.

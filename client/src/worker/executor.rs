@@ -98,6 +98,14 @@ pub(super) async fn release(shared: &Shared, work: &Work, token: i64) -> Result<
         .await
 }
 
+/// How a job's handler ended: it returned (or panicked), its claim was lost, or it did not
+/// return within `cancel_grace` of its run's cancellation.
+enum Ending<R> {
+    Returned(R),
+    LeaseLost,
+    CutOff,
+}
+
 #[tracing::instrument(level = "debug", skip_all, fields(host_id = %shared.host_id, key = %key, token = token))]
 async fn run_job(
     shared: &Arc<Shared>,
@@ -177,10 +185,10 @@ async fn run_job(
         }
     };
     tokio::pin!(handled, renewals, cut_off);
-    let outcome = tokio::select! {
+    let ended = tokio::select! {
         // The handler's end first: a renewal that raced its completion finds no claim.
         biased;
-        r = &mut handled => Some(r),
+        r = &mut handled => Ending::Returned(r),
         _ = &mut renewals => {
             // The claim is gone: the handler's statement is cancelled (one stuck in a lock or a
             // synchronous-replication wait would hold the slot for ever) and the handler has
@@ -193,23 +201,26 @@ async fn run_job(
                 }
             }
             let _ = tokio::time::timeout(shared.options.cancel_grace, &mut handled).await;
-            Counters::add(&shared.counters.lost_leases);
-            if let Some(id) = run_id {
-                shared.cancels.lock().expect("cancels lock").remove(&id);
-            }
-            free_slot();
-            return;
+            Ending::LeaseLost
         }
-        _ = &mut cut_off => None,
+        _ = &mut cut_off => Ending::CutOff,
     };
     if let Some(id) = run_id {
         shared.cancels.lock().expect("cancels lock").remove(&id);
     }
-    let Some(outcome) = outcome else {
-        Counters::add(&shared.counters.cancelled);
-        tracing::warn!(grace = ?shared.options.cancel_grace, "the cancelled run's handler did not return in time: dropped");
-        free_slot();
-        return;
+    let outcome = match ended {
+        Ending::Returned(outcome) => outcome,
+        Ending::LeaseLost => {
+            Counters::add(&shared.counters.lost_leases);
+            free_slot();
+            return;
+        }
+        Ending::CutOff => {
+            Counters::add(&shared.counters.cancelled);
+            tracing::warn!(grace = ?shared.options.cancel_grace, "the cancelled run's handler did not return in time: dropped");
+            free_slot();
+            return;
+        }
     };
     if *told.borrow() {
         Counters::add(&shared.counters.cancelled);
