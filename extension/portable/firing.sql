@@ -54,14 +54,15 @@ BEGIN
     FOR attempt IN 1 .. 5 LOOP
         now_ := clock_timestamp();
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
-                                             holder_pid, holder_started)
+                                             holder_pid, holder_started, holder_role)
         VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,
-                now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started())
+                now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role())
         ON CONFLICT (firing_key) DO UPDATE
            SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token),
                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,
                attempts = f.attempts + 1,
-               holder_pid = excluded.holder_pid, holder_started = excluded.holder_started
+               holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
+               holder_role = excluded.holder_role
          WHERE f.completed_at IS NULL
            AND (f.lease_until <= excluded.claimed_at
                 OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
@@ -97,7 +98,7 @@ BEGIN
     END IF;
     UPDATE rendezvous.firings f SET completed_at = coalesce(f.completed_at, clock_timestamp())
      WHERE f.firing_key = key AND f.token = complete_firing.token
-       AND f.holder IS NOT NULL AND f.failed_at IS NULL;
+       AND f.holder IS NOT NULL AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role);
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
         RETURN true;

@@ -4,3 +4,9 @@ CREATE FUNCTION rendezvous._session_started() RETURNS timestamp with time zone
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a); END $$;
+
+-- The portable edition's holder.rs: the role this session logged in as.
+CREATE FUNCTION rendezvous._session_role() RETURNS oid
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user $$;

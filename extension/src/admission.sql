@@ -33,7 +33,9 @@ CREATE TABLE rendezvous.runs (
     -- Durable runs (0.4.0, steps.sql; added last by the upgrade too).
     waiting_for    text,
     progress       jsonb,
-    parent_run_id  bigint
+    parent_run_id  bigint,
+    -- The claim's role (0.4.0, holder.sql; added last by the upgrade too).
+    holder_role    oid
 );
 COMMENT ON TABLE rendezvous.runs IS 'Admitted runs; (tenant_id, dispatch_key) is unique where dispatch_key is set.';
 COMMENT ON COLUMN rendezvous.runs.runnable_at IS
@@ -55,6 +57,8 @@ COMMENT ON COLUMN rendezvous.runs.waiting_for IS
     'What a parked run waits for (sleep, signal:<name>, children) until runnable_at; NULL otherwise.';
 COMMENT ON COLUMN rendezvous.runs.progress IS 'What the holder last said it is doing (set_run_progress).';
 COMMENT ON COLUMN rendezvous.runs.parent_run_id IS 'The run that admitted this one as its child (spawn_child).';
+COMMENT ON COLUMN rendezvous.runs.holder_role IS
+    'The login role of the session that claimed the run: only sessions of that role act on the claim (NULL: claimed before 0.4.0).';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs', '');
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.runs_run_id_seq', '');
 

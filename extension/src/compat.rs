@@ -5,8 +5,8 @@
 //! goes in the first release that no longer supports upgrading from that version (its frozen
 //! install script names these symbols, sql/README.md).
 //!
-//! Elsewhere, version by a column's presence (`holder::has_column`): claims on 0.2.0's tables
-//! in firing.rs, a term's confirmation on 0.1.0's and 0.2.0's in leader.rs.
+//! Elsewhere, version by a column's presence (`holder::has_column`): claims on 0.2.0's and
+//! 0.3.0's tables and completions on 0.3.0's in firing.rs, a term's confirmation on 0.1.0's and 0.2.0's in leader.rs.
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -18,6 +18,31 @@ thread_local! {
         "INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (tenant_id, dispatch_key) WHERE dispatch_key IS NOT NULL DO NOTHING RETURNING r.run_id",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::JSONBOID, pg_sys::TEXTOID],
+    ) };
+    /// 0.3.0: firing claims on tables that record no holder role.
+    pub(crate) static CLAIM_0_3: KeptPlan = const { KeptPlan::new(
+        "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, \
+                                             holder_pid, holder_started) \
+         VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7, \
+                 pg_catalog.pg_backend_pid(), rendezvous._session_started()) \
+         ON CONFLICT (firing_key) DO UPDATE \
+            SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
+                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
+                attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
+                holder_pid = excluded.holder_pid, holder_started = excluded.holder_started \
+          WHERE f.completed_at IS NULL \
+            AND (f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
+                 OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))) \
+         RETURNING f.token, f.lease_until",
+        &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
+          pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
+    ) };
+    /// 0.3.0 and 0.2.0: completions on tables that record no holder role.
+    pub(crate) static COMPLETE_0_3: KeptPlan = const { KeptPlan::new(
+        "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.token OPERATOR(pg_catalog.=) $2 \
+            AND f.holder IS NOT NULL AND f.failed_at IS NULL",
+        &[pg_sys::TEXTOID, pg_sys::INT8OID],
     ) };
     /// 0.2.0: firing claims on tables that record no holder session.
     pub(crate) static CLAIM_0_2: KeptPlan = const { KeptPlan::new(

@@ -46,17 +46,19 @@ const FIRST_AD_INSTANT: i64 = -63_082_281_600_000_000;
 thread_local! {
     /// A first claim inserts (token 1, or the timeline's floor); a claim on an uncompleted
     /// firing whose lease ran out or whose holder's session is gone (holder.rs) takes it over
-    /// with the next token; anything else changes nothing. The claim records this session.
+    /// with the next token; anything else changes nothing. The claim records this session and
+    /// its login role (only that role acts on the claim).
     static CLAIM: KeptPlan = const { KeptPlan::new(
         "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, \
-                                             holder_pid, holder_started) \
+                                             holder_pid, holder_started, holder_role) \
          VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7, \
-                 pg_catalog.pg_backend_pid(), rendezvous._session_started()) \
+                 pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()) \
          ON CONFLICT (firing_key) DO UPDATE \
             SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
                 claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
                 attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
-                holder_pid = excluded.holder_pid, holder_started = excluded.holder_started \
+                holder_pid = excluded.holder_pid, holder_started = excluded.holder_started, \
+                holder_role = excluded.holder_role \
           WHERE f.completed_at IS NULL \
             AND (f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
                  OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))) \
@@ -70,11 +72,11 @@ thread_local! {
            FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1",
         &[pg_sys::TEXTOID],
     ) };
-    /// A completion by the current claim's token (repeating it is harmless).
+    /// A completion by the current claim's token and role (repeating it is harmless).
     static COMPLETE: KeptPlan = const { KeptPlan::new(
         "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
           WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.token OPERATOR(pg_catalog.=) $2 \
-            AND f.holder IS NOT NULL AND f.failed_at IS NULL",
+            AND f.holder IS NOT NULL AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role)",
         &[pg_sys::TEXTOID, pg_sys::INT8OID],
     ) };
 }
@@ -179,7 +181,13 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         }
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
-        let claim = if holder::has_column(c"firings", c"holder_pid") { &CLAIM } else { &compat::CLAIM_0_2 };
+        let claim = if holder::has_column(c"firings", c"holder_role") {
+            &CLAIM
+        } else if holder::has_column(c"firings", c"holder_pid") {
+            &compat::CLAIM_0_3
+        } else {
+            &compat::CLAIM_0_2
+        };
         kept_plan::connect();
         let outcome = (0..5).find_map(|_attempt| {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
@@ -224,8 +232,10 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     unsafe {
         let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
+        let complete =
+            if holder::has_column(c"firings", c"holder_role") { &COMPLETE } else { &compat::COMPLETE_0_3 };
         kept_plan::connect();
-        let completed = COMPLETE.with(|p| p.execute(&[Some(key), Some(token)])) > 0;
+        let completed = complete.with(|p| p.execute(&[Some(key), Some(token)])) > 0;
         pg_sys::SPI_finish();
         if completed {
             pg_sys::ForceSyncCommit();

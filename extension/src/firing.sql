@@ -18,7 +18,9 @@ CREATE TABLE rendezvous.firings (
     last_error   text,
     -- The holder's session (holder.rs): the claim ends with it (0.3.0, added last).
     holder_pid     integer,
-    holder_started timestamptz
+    holder_started timestamptz,
+    -- The claim's login role (0.4.0, holder.sql; added last): only its sessions act on the claim.
+    holder_role    oid
 );
 COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
 COMMENT ON COLUMN rendezvous.firings.holder IS
@@ -132,9 +134,9 @@ BEGIN
          ORDER BY 1
     ), inserted AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
-                                             holder_pid, holder_started)
+                                             holder_pid, holder_started, holder_role)
         SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease,
-               pg_catalog.pg_backend_pid(), rendezvous._session_started()
+               pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()
           FROM input i ORDER BY i.fk
         ON CONFLICT (firing_key) DO NOTHING
         RETURNING f.firing_key
@@ -152,7 +154,8 @@ BEGIN
         UPDATE rendezvous.firings f
            SET holder = claim_firings.host_id, token = greatest(f.token + 1, floor_), claimed_at = now_,
                lease_until = now_ + claim_firings.lease, attempts = f.attempts + 1,
-               holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
+               holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started(),
+               holder_role = rendezvous._session_role()
           FROM free
          WHERE f.firing_key = free.firing_key
         RETURNING f.firing_key
@@ -205,12 +208,14 @@ BEGIN
     -- The UPDATE then touches only the rows locked here: its own snapshot also sees a row a
     -- claim inserted since, which it would wait for out of order (the last 40P01 of #39: B
     -- locks b, a claim makes a, C locks a and waits for b, B's UPDATE waits for a). Such a
-    -- row's token cannot be the caller's yet: it is reported not completed.
+    -- row's token cannot be the caller's yet: it is reported not completed. Another login role's
+    -- claims are not locked at all (holder.sql): they are never the caller's to complete.
     SELECT coalesce(array_agg(l.firing_key), '{}') INTO locked FROM (
         SELECT f.firing_key
           FROM rendezvous.firings f
          WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
                                   FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
+           AND rendezvous._is_holder_role(f.holder_role)
          ORDER BY f.firing_key
            FOR NO KEY UPDATE) l;
     RETURN QUERY
@@ -260,7 +265,7 @@ BEGIN
        SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease,
            holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
      WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
-       AND f.failed_at IS NULL
+       AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role)
     RETURNING f.lease_until INTO until;
     RETURN until;
 END
@@ -281,7 +286,7 @@ BEGIN
     END IF;
     UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
      WHERE f.firing_key = fk AND f.token = release_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
-       AND f.failed_at IS NULL;
+       AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role);
     RETURN FOUND;
 END
 $$;
@@ -297,19 +302,26 @@ DECLARE
     fk text := rendezvous.firing_key(assert_firing.task_id, assert_firing.fire_at);
     current_token bigint;
     current_holder text;
+    mine boolean;
 BEGIN
     IF assert_firing.token IS NULL THEN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
+    -- Another login role's claim is refused before its row is locked, without its token.
+    IF EXISTS (SELECT 1 FROM rendezvous.firings f WHERE f.firing_key = fk AND NOT rendezvous._is_holder_role(f.holder_role)) THEN
+        RAISE EXCEPTION 'token % does not hold %: another role claimed it', assert_firing.token, fk
+            USING ERRCODE = 'RZ001', HINT = 'Only sessions of the role that claimed a firing act on it.';
+    END IF;
     -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
     -- fenced here commits before a new token exists, or fails.
-    SELECT f.token, f.holder INTO current_token, current_holder FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    SELECT f.token, f.holder, rendezvous._is_holder_role(f.holder_role) INTO current_token, current_holder, mine
+      FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
     IF NOT FOUND OR current_token = 0 THEN
         RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
     ELSIF current_holder IS NULL AND current_token = assert_firing.token THEN
         RAISE EXCEPTION 'token % of % no longer holds it: the attempt failed and the firing waits to be retried', assert_firing.token, fk
             USING ERRCODE = 'RZ001';
-    ELSIF current_token <> assert_firing.token THEN
+    ELSIF current_token <> assert_firing.token OR NOT mine THEN
         RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
             USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
     END IF;

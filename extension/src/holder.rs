@@ -6,7 +6,7 @@
 //! backend's pid and start time: a pid alone can be reused by a later backend.
 use pgrx::prelude::*;
 
-extension_sql_file!("holder.sql", name = "holder", requires = [session_started]);
+extension_sql_file!("holder.sql", name = "holder", requires = [session_started, session_role]);
 
 /// When this backend started, as `pg_stat_activity.backend_start` shows it.
 #[pg_extern(stable, parallel_safe, name = "_session_started")]
@@ -14,6 +14,15 @@ pub(crate) fn session_started() -> TimestampWithTimeZone {
     // SAFETY: set once at backend start, read-only afterwards.
     let started = unsafe { pgrx::pg_sys::MyStartTimestamp };
     TimestampWithTimeZone::try_from(started).expect("a backend's start time is a valid timestamp")
+}
+
+/// The role this session logged in as (`session_user`; `SET ROLE` does not change it). A claim
+/// is bound to it: only sessions of that role act on the claim, whatever token another role
+/// knows or guesses (#39).
+#[pg_extern(stable, parallel_safe, name = "_session_role")]
+pub(crate) fn session_role() -> pgrx::pg_sys::Oid {
+    // SAFETY: set once at authentication (or by a superuser's SET SESSION AUTHORIZATION).
+    unsafe { pgrx::pg_sys::GetSessionUserId() }
 }
 
 /// Whether `rendezvous.<table>` has `column`: this library serves the SQL of the version

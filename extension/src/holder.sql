@@ -23,3 +23,16 @@ AS $$
 $$;
 COMMENT ON FUNCTION rendezvous._holder_gone(integer, timestamptz) IS
     'Whether the backend with this pid and start time (a claim''s holder session) is gone: its claim can be taken over at once.';
+
+-- Whether this session may act on a claim bound to holder_role (#39): a session of the role
+-- that made the claim (session_user, _session_role()). A token fences; this is what keeps a
+-- host of another role from completing, failing, renewing, releasing or fencing with a claim
+-- whose token it knows or guesses. NULL: a claim made before 0.4.0, bound to no role.
+CREATE FUNCTION rendezvous._is_holder_role(holder_role oid) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT _is_holder_role.holder_role IS NULL OR _is_holder_role.holder_role = rendezvous._session_role()
+$$;
+COMMENT ON FUNCTION rendezvous._is_holder_role(oid) IS
+    'Whether this session''s login role is the one a claim is bound to (NULL: a claim from before 0.4.0): only it acts on the claim.';

@@ -226,7 +226,7 @@ ALTER FUNCTION rendezvous.run_children(bigint) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.await_children(bigint, bigint, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.set_run_progress(bigint, bigint, jsonb) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous._hold_run(bigint, bigint), rendezvous._park_run(bigint, timestamptz, text),
-    rendezvous._wake_parents(bigint[]) FROM PUBLIC;
+    rendezvous._wake_parents(bigint[]), rendezvous._refuse_other_role(bigint, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.record_step(bigint, bigint, text, jsonb), rendezvous.run_steps(bigint),
     rendezvous.sleep_run(bigint, bigint, timestamptz), rendezvous.signal_run(bigint, text, jsonb),

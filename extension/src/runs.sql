@@ -172,7 +172,7 @@ BEGIN
                SET state = 'running', holder = claim_runs.host_id, token = greatest(r.token + 1, floor_),
                    attempts = r.attempts + 1, lease_until = now_ + claim_runs.lease,
                    holder_pid = pg_catalog.pg_backend_pid(), holder_started = started, updated_at = now_,
-                   waiting_for = NULL
+                   waiting_for = NULL, holder_role = rendezvous._session_role()
              WHERE r.run_id = ANY (picked)
             RETURNING r.run_id, r.token, r.tenant_id, r.workflow_ref, r.input, r.attempts
         )
@@ -216,6 +216,7 @@ BEGIN
        SET lease_until = pg_catalog.clock_timestamp() + renew_run.lease,
            holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
      WHERE r.run_id = renew_run.run_id AND r.token = renew_run.token AND r.state = 'running'
+       AND rendezvous._is_holder_role(r.holder_role)
     RETURNING r.lease_until INTO until;
     RETURN until;
 END
@@ -247,7 +248,10 @@ BEGIN
     ELSIF array_position(complete_runs.run_ids, NULL) IS NOT NULL OR array_position(complete_runs.tokens, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'run_ids and tokens must not contain NULL' USING ERRCODE = '22004';
     END IF;
-    PERFORM 1 FROM rendezvous.runs r WHERE r.run_id = ANY (complete_runs.run_ids) ORDER BY r.run_id FOR NO KEY UPDATE;
+    -- Only the caller's role's claims are locked: another role's rows are never its to hold.
+    PERFORM 1 FROM rendezvous.runs r
+     WHERE r.run_id = ANY (complete_runs.run_ids) AND rendezvous._is_holder_role(r.holder_role)
+     ORDER BY r.run_id FOR NO KEY UPDATE;
     WITH finished AS (
         UPDATE rendezvous.runs r
            SET state = 'succeeded', output = u.output, updated_at = now_, lease_until = NULL,
@@ -256,6 +260,7 @@ BEGIN
                       coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
                AS u(run_id, token, output)
          WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'running'
+           AND rendezvous._is_holder_role(r.holder_role)
         RETURNING r.run_id, r.parent_run_id
     )
     SELECT coalesce(array_agg(f.run_id), '{}'), array_agg(DISTINCT f.parent_run_id) FILTER (WHERE f.parent_run_id IS NOT NULL)
@@ -269,7 +274,8 @@ BEGIN
     RETURN QUERY
         SELECT u.ord::integer,
                u.run_id = ANY (done) OR EXISTS (SELECT 1 FROM rendezvous.runs r
-                                                WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'succeeded')
+                                                WHERE r.run_id = u.run_id AND r.token = u.token AND r.state = 'succeeded'
+                                                  AND rendezvous._is_holder_role(r.holder_role))
           FROM unnest(complete_runs.run_ids, complete_runs.tokens) WITH ORDINALITY AS u(run_id, token, ord)
          ORDER BY u.ord;
 END
@@ -313,6 +319,7 @@ BEGIN
            last_error = left(coalesce(fail_run.error, 'failed'), 2000),
            holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
      WHERE r.run_id = fail_run.run_id AND r.token = fail_run.token AND r.state = 'running'
+       AND rendezvous._is_holder_role(r.holder_role)
     RETURNING r.state, r.parent_run_id INTO left_in, parent;
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
@@ -343,7 +350,8 @@ BEGIN
     UPDATE rendezvous.runs r
        SET state = 'pending', runnable_at = now_, attempts = greatest(r.attempts - 1, 0),
            holder = NULL, lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
-     WHERE r.run_id = release_run.run_id AND r.token = release_run.token AND r.state = 'running';
+     WHERE r.run_id = release_run.run_id AND r.token = release_run.token AND r.state = 'running'
+       AND rendezvous._is_holder_role(r.holder_role);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -373,6 +381,22 @@ BEGIN
 END
 $$;
 
+-- The RZ001 of a call on a run another login role claimed (holder.sql), before the run's row is
+-- locked (no role holds up another's runs) and without its state or token: to that role the
+-- run is someone else's. A claim whose role changes in between is refused after the lock.
+CREATE FUNCTION rendezvous._refuse_other_role(run_id bigint, token bigint) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM rendezvous.runs r
+                WHERE r.run_id = _refuse_other_role.run_id AND NOT rendezvous._is_holder_role(r.holder_role)) THEN
+        RAISE EXCEPTION 'token % does not hold run %: another role claimed it', token, run_id
+            USING ERRCODE = 'RZ001', HINT = 'Only sessions of the role that claimed a run act on it.';
+    END IF;
+END
+$$;
+
 -- The holder's lock on its run: the row, locked FOR NO KEY UPDATE (checkpoints of one run are
 -- made one at a time, and a takeover, cancel or signal waits for this transaction), or RZ001.
 CREATE FUNCTION rendezvous._hold_run(run_id bigint, token bigint) RETURNS rendezvous.runs
@@ -384,8 +408,9 @@ DECLARE
     r rendezvous.runs%ROWTYPE;
 BEGIN
     PERFORM rendezvous._check_run_token(_hold_run.run_id, _hold_run.token);
+    PERFORM rendezvous._refuse_other_role(_hold_run.run_id, _hold_run.token);
     SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = _hold_run.run_id FOR NO KEY UPDATE;
-    IF NOT FOUND OR r.token <> _hold_run.token OR r.state <> 'running' THEN
+    IF NOT FOUND OR r.token <> _hold_run.token OR r.state <> 'running' OR NOT rendezvous._is_holder_role(r.holder_role) THEN
         PERFORM rendezvous._refuse_stale_run(_hold_run.run_id, _hold_run.token, r.state, r.token);
     END IF;
     RETURN r;
@@ -404,8 +429,9 @@ DECLARE
     r rendezvous.runs%ROWTYPE;
 BEGIN
     PERFORM rendezvous._check_run_token(assert_run.run_id, assert_run.token);
+    PERFORM rendezvous._refuse_other_role(assert_run.run_id, assert_run.token);
     SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = assert_run.run_id FOR SHARE;
-    IF NOT FOUND OR r.token <> assert_run.token OR r.state <> 'running' THEN
+    IF NOT FOUND OR r.token <> assert_run.token OR r.state <> 'running' OR NOT rendezvous._is_holder_role(r.holder_role) THEN
         PERFORM rendezvous._refuse_stale_run(assert_run.run_id, assert_run.token, r.state, r.token);
     END IF;
 END
@@ -468,8 +494,9 @@ COMMENT ON FUNCTION rendezvous.cancel_run(bigint) IS
 -- A host starting under host_id ends what an earlier process under that id still holds (a
 -- process hung or cut off, whose session lives on): its firings' claims end now, its runs go
 -- back to pending (their attempt not counted), so they run again at once. Claims this session
--- holds are kept. Returns how many claims it ended. Hosts sharing a role trust each other
--- (guarantees.md): any of them may call it for any host id.
+-- holds are kept, and so are claims another login role made (holder.sql). Returns how many
+-- claims it ended. Hosts sharing a role trust each other (guarantees.md): any of them may call
+-- it for any host id of that role.
 CREATE FUNCTION rendezvous.release_host_claims(host_id text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -484,12 +511,13 @@ BEGIN
     PERFORM rendezvous._check_host_id(release_host_claims.host_id);
     UPDATE rendezvous.firings f SET lease_until = now_
      WHERE f.holder = release_host_claims.host_id AND f.completed_at IS NULL AND f.failed_at IS NULL
-       AND f.lease_until > now_ AND f.holder_pid IS DISTINCT FROM me;
+       AND f.lease_until > now_ AND f.holder_pid IS DISTINCT FROM me AND rendezvous._is_holder_role(f.holder_role);
     GET DIAGNOSTICS firings = ROW_COUNT;
     UPDATE rendezvous.runs r
        SET state = 'pending', runnable_at = now_, attempts = greatest(r.attempts - 1, 0), holder = NULL,
            lease_until = NULL, holder_pid = NULL, holder_started = NULL, updated_at = now_
-     WHERE r.holder = release_host_claims.host_id AND r.state = 'running' AND r.holder_pid IS DISTINCT FROM me;
+     WHERE r.holder = release_host_claims.host_id AND r.state = 'running' AND r.holder_pid IS DISTINCT FROM me
+       AND rendezvous._is_holder_role(r.holder_role);
     GET DIAGNOSTICS runs = ROW_COUNT;
     IF runs > 0 THEN
         PERFORM rendezvous._announce('rendezvous_runs', '');
@@ -498,7 +526,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.release_host_claims(text) IS
-    'Ends the claims host_id holds from other sessions (an earlier process of this host): firings claimable at once, runs pending again; returns how many.';
+    'Ends the claims host_id holds from other sessions of this login role (an earlier process of this host): firings claimable at once, runs pending again; returns how many.';
 
 -- When the next run becomes runnable that is not runnable now (a retry backoff's end), or
 -- NULL: a worker with nothing to claim sleeps until then, or until notified.

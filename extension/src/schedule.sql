@@ -468,7 +468,7 @@ BEGIN
            lease_until = CASE WHEN fr.failures + 1 >= max_ THEN 'infinity'::timestamptz
                               ELSE now_ + least(backoff * power(2, least(fr.failures, 20)), interval '1 hour') END
      WHERE fr.firing_key = fk AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
-       AND fr.completed_at IS NULL AND fr.failed_at IS NULL
+       AND fr.completed_at IS NULL AND fr.failed_at IS NULL AND rendezvous._is_holder_role(fr.holder_role)
     RETURNING fr.* INTO f;
     IF NOT FOUND THEN
         RETURN QUERY SELECT false, NULL::timestamptz;

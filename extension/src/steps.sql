@@ -332,7 +332,8 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     UPDATE rendezvous.runs r SET progress = set_run_progress.progress
-     WHERE r.run_id = set_run_progress.run_id AND r.token = set_run_progress.token AND r.state = 'running';
+     WHERE r.run_id = set_run_progress.run_id AND r.token = set_run_progress.token AND r.state = 'running'
+       AND rendezvous._is_holder_role(r.holder_role);
     RETURN FOUND;
 END
 $$;

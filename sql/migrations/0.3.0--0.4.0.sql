@@ -59,3 +59,10 @@ INSERT INTO rendezvous._announcement_key (key)
 SELECT pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text
                                                || pg_catalog.clock_timestamp()::text, 'UTF8'));
 CREATE SEQUENCE rendezvous._announcements;
+
+-- A claim is bound to the login role that made it (holder.sql, #39): only that role's sessions
+-- act on it. Claims live during the upgrade have none and stay open to any host, as before.
+ALTER TABLE rendezvous.runs ADD COLUMN holder_role oid;
+COMMENT ON COLUMN rendezvous.runs.holder_role IS
+    'The login role of the session that claimed the run: only sessions of that role act on the claim (NULL: claimed before 0.4.0).';
+ALTER TABLE rendezvous.firings ADD COLUMN holder_role oid;
