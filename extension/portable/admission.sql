@@ -24,6 +24,8 @@ BEGIN
         PERFORM rendezvous._check_text('dispatch_key', spawn_run.dispatch_key, 512);
     END IF;
     PERFORM rendezvous._check_retry_policy(spawn_run.max_attempts, spawn_run.retry_backoff);
+    -- Run ids stay above any a timeline before this one handed out (fencing.rs).
+    PERFORM rendezvous._floor_run_ids();
     FOR attempt IN 1 .. 5 LOOP
         INSERT INTO rendezvous.runs AS r (tenant_id, workflow_ref, input, dispatch_key, max_attempts, retry_backoff)
         VALUES (spawn_run.tenant_id, spawn_run.workflow_ref, spawn_run.input, spawn_run.dispatch_key,

@@ -13,3 +13,17 @@ BEGIN
     RETURN greatest(('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint - 1, 0) << 32;
 END
 $$;
+
+-- The portable edition's fencing::floor_run_ids: the run id sequence at or above this
+-- timeline's floor before an admission (no per-backend memory here: on a timeline after the
+-- first, one read of the sequence per admission).
+CREATE FUNCTION rendezvous._floor_run_ids() RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT pg_is_in_recovery() THEN
+        PERFORM rendezvous._raise_run_ids(rendezvous._fence_floor());
+    END IF;
+END
+$$;

@@ -115,6 +115,8 @@ unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool,
     // argument datum is of the plan's declared type (the caller's contract); results are by-value
     // and read before the next statement.
     unsafe {
+        // Run ids stay above any a timeline before this one handed out (fencing.rs).
+        crate::fencing::floor_run_ids();
         kept_plan::connect();
         let key_args = [args[0], args[1], args[2], args[3]];
         let insert = || {

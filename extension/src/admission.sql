@@ -154,6 +154,8 @@ BEGIN
         END IF;
         RAISE EXCEPTION 'retry_backoffs[%] must be finite and not negative (got %)', bad.i, bad.backoff USING ERRCODE = '22023';
     END IF;
+    -- Run ids stay above any a timeline before this one handed out (fencing.rs).
+    PERFORM rendezvous._floor_run_ids();
     SELECT array_agg(pg_catalog.nextval('rendezvous.runs_run_id_seq')) INTO ids FROM generate_series(1, n);
     WITH batch AS (
         SELECT u.i, u.wf, u.input, u.dk, u.att, u.backoff,
@@ -192,6 +194,24 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) IS
     'Admits many runs of one tenant in one call, each as spawn_run would (its own input, dispatch_key and retry policy); one row per element in input order (ord): the run, whether this call created it, and for a repeat whether workflow_ref and input matched. At most 10,000 a call.';
+
+-- Raises the run id sequence to floor_ (a timeline's, fencing.rs) if it is below: after a
+-- promotion, so that no run id the old primary acknowledged names another key here. Two
+-- sessions raising at once take turns (a transaction-scoped advisory lock, only on this rare
+-- path), so one's setval never moves the sequence back under an id the other handed out.
+CREATE FUNCTION rendezvous._raise_run_ids(floor_ bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF _raise_run_ids.floor_ > 0 AND (SELECT s.last_value FROM rendezvous.runs_run_id_seq s) < _raise_run_ids.floor_ THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('rendezvous._raise_run_ids'), 0);
+        IF (SELECT s.last_value FROM rendezvous.runs_run_id_seq s) < _raise_run_ids.floor_ THEN
+            PERFORM pg_catalog.setval('rendezvous.runs_run_id_seq', _raise_run_ids.floor_);
+        END IF;
+    END IF;
+END
+$$;
 
 -- Validates a run's retry policy (spawn_run raises through it, with these messages).
 CREATE FUNCTION rendezvous._check_retry_policy(max_attempts integer, retry_backoff interval) RETURNS void

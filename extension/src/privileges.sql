@@ -243,6 +243,9 @@ GRANT EXECUTE ON FUNCTION
     TO rendezvous_host;
 GRANT EXECUTE ON FUNCTION rendezvous.run_steps(bigint), rendezvous.run_children(bigint) TO rendezvous_observer;
 
+-- Run ids floored after a promotion (0.4.0, fencing.rs): the admissions' own business.
+REVOKE EXECUTE ON FUNCTION rendezvous._floor_run_ids(), rendezvous._raise_run_ids(bigint) FROM PUBLIC;
+
 -- Batch admission (0.4.0): as spawn_run, to hosts.
 ALTER FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous.spawn_runs(text, text[], jsonb[], text[], integer[], interval[]) FROM PUBLIC;

@@ -77,8 +77,9 @@ async fn acknowledged_epochs_tokens_and_completions_survive_a_crash_under_synchr
 }
 
 /// A standby promoted after losing the primary's last commits (replication cut, then the
-/// primary dies) must not hand out an epoch or a token the old primary acknowledged: every new
-/// one is above `(timeline - 1) << 32`. A standby refuses to hand any out before it is promoted.
+/// primary dies) must not hand out an epoch, a token or a run id the old primary acknowledged:
+/// every new one is above `(timeline - 1) << 32`, so an acknowledged run id never names another
+/// key (#43). A standby refuses to hand any out before it is promoted.
 #[tokio::test(flavor = "multi_thread")]
 async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commits() {
     let primary = Cluster::start().await.unwrap();
@@ -91,6 +92,8 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
     // Replicated: epoch 1, token 1 of firing a.
     assert_eq!(p.query_one(&lead("a"), &[]).await.unwrap().get::<_, i64>(0), 1);
     assert_eq!(p.query_one(claim, &[&"a", &fire_at, &"h1"]).await.unwrap().get::<_, i64>(0), 1);
+    let spawn = "SELECT run_id FROM rendezvous.spawn_run('t', 'w', '{}', $1)";
+    let replicated_run: i64 = p.query_one(spawn, &[&"replicated"]).await.unwrap().get(0);
     let lsn: String = p.query_one("SELECT pg_current_wal_insert_lsn()::text", &[]).await.unwrap().get(0);
     wait_until(&s, &format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn")).await;
     // The primary warns that a failover to its only standby could lose acknowledged work.
@@ -156,6 +159,12 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
     tokio::time::sleep(Duration::from_millis(1100)).await; // a's first lease ends
     assert_eq!(p.query_one(claim, &[&"a", &fire_at, &"h2"]).await.unwrap().get::<_, i64>(0), 2);
     assert_eq!(p.query_one(claim, &[&"b", &fire_at, &"h2"]).await.unwrap().get::<_, i64>(0), 1);
+    // More admissions than the sequence logs ahead of itself (32): their ids are lost with them.
+    let mut acknowledged_runs = Vec::new();
+    for n in 0..100 {
+        let key = format!("lost-{n}");
+        acknowledged_runs.push((p.query_one(spawn, &[&key]).await.unwrap().get::<_, i64>(0), key));
+    }
     primary.kill().unwrap();
 
     standby.promote().unwrap();
@@ -176,6 +185,56 @@ async fn fencing_numbers_never_repeat_after_promoting_a_standby_that_lost_commit
     // And they count on from there.
     s.execute("SELECT rendezvous.resign('g')", &[]).await.unwrap();
     assert_eq!(s.query_one(&lead("d"), &[]).await.unwrap().get::<_, i64>(0), epoch + 1);
+
+    // Run ids: the lost admissions are gone, the replicated one kept its id, and new ones (one
+    // by one, in batches, from several sessions at once) start above every acknowledged id,
+    // so none of those names another key.
+    let kept: i64 = s
+        .query_one("SELECT count(*) FROM rendezvous.runs WHERE dispatch_key LIKE 'lost-%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 0, "the cut did not lose the primary's last admissions: this test proves nothing");
+    assert_eq!(s.query_one(spawn, &[&"replicated"]).await.unwrap().get::<_, i64>(0), replicated_run);
+    let mut sessions = Vec::new();
+    for n in 0..4 {
+        let url = standby.url();
+        sessions.push(tokio::spawn(async move {
+            let c = rendezvous_tests::connect(&url).await;
+            let one: i64 = c.query_one(spawn, &[&format!("new-{n}")]).await.unwrap().get(0);
+            let batch: Vec<i64> = c
+                .query(
+                    "SELECT run_id FROM rendezvous.spawn_runs('t', ARRAY['w', 'w'], NULL, ARRAY[$1, $2])",
+                    &[&format!("batch-{n}-a"), &format!("batch-{n}-b")],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            [vec![one], batch].concat()
+        }));
+    }
+    let mut new_runs = Vec::new();
+    for session in sessions {
+        new_runs.extend(session.await.unwrap());
+    }
+    let highest_acknowledged = acknowledged_runs.iter().map(|(id, _)| *id).max().unwrap();
+    assert!(
+        new_runs.iter().all(|id| *id > highest_acknowledged && *id > floor),
+        "run ids {new_runs:?} after promotion"
+    );
+    new_runs.sort_unstable();
+    new_runs.dedup();
+    assert_eq!(new_runs.len(), 12, "a run id handed out twice");
+    for (id, key) in &acknowledged_runs {
+        let named: Option<String> = s
+            .query_opt("SELECT dispatch_key FROM rendezvous.runs WHERE run_id = $1", &[id])
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        assert!(named.is_none(), "acknowledged run id {id} ({key}) names {named:?} after promotion");
+    }
 }
 
 /// Polls `query` (a boolean) on `client` until it is true, for up to 10 s.
