@@ -462,7 +462,8 @@ pub async fn assert_run(client: &impl GenericClient, run_id: i64, token: i64) ->
 
 /// Ends the claims `host_id` holds from other sessions than this connection's (an earlier
 /// process of this host, hung or cut off, whose session lives on): its firings become claimable
-/// at once and its runs pending again. Returns how many claims ended. A [`Worker`](crate::Worker)
+/// at once and its runs pending again. Only claims this connection's login role made end (a
+/// claim is bound to its role). Returns how many claims ended. A [`Worker`](crate::Worker)
 /// calls it when it starts.
 pub async fn release_host_claims(client: &impl GenericClient, host_id: &str) -> Result<i64> {
     Ok(sql::query_one(client, sql::RELEASE_HOST_CLAIMS, &[&host_id]).await?.get(0))

@@ -53,6 +53,17 @@ BEGIN
     first_token := greatest(rendezvous._fence_floor(), 1);
     FOR attempt IN 1 .. 5 LOOP
         now_ := clock_timestamp();
+        -- A firing nobody can claim now (done, or a live lease) is answered from a read: the
+        -- INSERT's ON CONFLICT DO UPDATE would lock its row even when its WHERE refuses, and a
+        -- caller keeping that lock would hold up the holder's completion (firing.rs).
+        SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
+          FROM rendezvous.firings f
+         WHERE f.firing_key = key
+           AND (f.completed_at IS NOT NULL
+                OR (f.lease_until > now_ AND NOT (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))));
+        IF FOUND THEN
+            RETURN result;
+        END IF;
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
                                              holder_pid, holder_started, holder_role)
         VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,

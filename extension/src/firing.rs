@@ -66,6 +66,18 @@ thread_local! {
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
           pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
     ) };
+    /// A firing nobody can claim now (done, or a live lease), read before the claim: the
+    /// claim's `ON CONFLICT DO UPDATE` would lock its row even when its `WHERE` refuses, and a
+    /// caller holding that lock (any host, another role's too, in a transaction it keeps open)
+    /// would hold up the holder's completion. Losers also write nothing this way.
+    static LIVE: KeptPlan = const { KeptPlan::new(
+        "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until FROM rendezvous.firings f \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
+            AND (f.completed_at IS NOT NULL \
+                 OR (f.lease_until OPERATOR(pg_catalog.>) $2 \
+                     AND NOT (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))))",
+        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
+    ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
     static HELD: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until \
@@ -181,7 +193,8 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         }
         // Tokens stay above any a timeline before this one handed out (fencing.rs).
         let first_token = fencing::floor().max(1);
-        let claim = if holder::has_column(c"firings", c"holder_role") {
+        let current = holder::has_column(c"firings", c"holder_role");
+        let claim = if current {
             &CLAIM
         } else if holder::has_column(c"firings", c"holder_pid") {
             &compat::CLAIM_0_3
@@ -191,6 +204,10 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         kept_plan::connect();
         let outcome = (0..5).find_map(|_attempt| {
             let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
+            if current && LIVE.with(|p| p.execute(&[Some(key), Some(now)])) == 1 {
+                let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
+                return Some([Some(false.into()), holder, None, value(0, 2), value(0, 3)]);
+            }
             let args =
                 [Some(key), task_id, Some(fire_at), host_id, Some(first_token.into()), Some(now), lease];
             if claim.with(|p| p.execute(&args)) == 1 {

@@ -307,21 +307,24 @@ BEGIN
     IF assert_firing.token IS NULL THEN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
-    -- Another login role's claim is refused before its row is locked, without its token.
-    IF EXISTS (SELECT 1 FROM rendezvous.firings f WHERE f.firing_key = fk AND NOT rendezvous._is_holder_role(f.holder_role)) THEN
-        RAISE EXCEPTION 'token % does not hold %: another role claimed it', assert_firing.token, fk
-            USING ERRCODE = 'RZ001', HINT = 'Only sessions of the role that claimed a firing act on it.';
-    END IF;
+    -- Another login role's claim is refused before its row is locked (and again after, for a
+    -- claim another role took over in between), without its token.
+    SELECT rendezvous._is_holder_role(f.holder_role) INTO mine FROM rendezvous.firings f WHERE f.firing_key = fk;
     -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
     -- fenced here commits before a new token exists, or fails.
-    SELECT f.token, f.holder, rendezvous._is_holder_role(f.holder_role) INTO current_token, current_holder, mine
-      FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
-    IF NOT FOUND OR current_token = 0 THEN
+    IF mine IS DISTINCT FROM false THEN
+        SELECT f.token, f.holder, rendezvous._is_holder_role(f.holder_role) INTO current_token, current_holder, mine
+          FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+    END IF;
+    IF mine = false THEN
+        RAISE EXCEPTION 'token % does not hold %: another role claimed it', assert_firing.token, fk
+            USING ERRCODE = 'RZ001', HINT = 'Only sessions of the role that claimed a firing act on it.';
+    ELSIF current_token IS NULL OR current_token = 0 THEN
         RAISE EXCEPTION '% was never claimed', fk USING ERRCODE = 'RZ001';
     ELSIF current_holder IS NULL AND current_token = assert_firing.token THEN
         RAISE EXCEPTION 'token % of % no longer holds it: the attempt failed and the firing waits to be retried', assert_firing.token, fk
             USING ERRCODE = 'RZ001';
-    ELSIF current_token <> assert_firing.token OR NOT mine THEN
+    ELSIF current_token <> assert_firing.token THEN
         RAISE EXCEPTION 'token % of % is stale (the current token is %)', assert_firing.token, fk, current_token
             USING ERRCODE = 'RZ001', HINT = 'Another host took this firing over after the lease expired: stop working on it.';
     END IF;

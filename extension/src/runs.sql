@@ -383,7 +383,8 @@ $$;
 
 -- The RZ001 of a call on a run another login role claimed (holder.sql), before the run's row is
 -- locked (no role holds up another's runs) and without its state or token: to that role the
--- run is someone else's. A claim whose role changes in between is refused after the lock.
+-- run is someone else's. Called again once the row is locked, for a claim another role took
+-- over in between.
 CREATE FUNCTION rendezvous._refuse_other_role(run_id bigint, token bigint) RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -410,7 +411,9 @@ BEGIN
     PERFORM rendezvous._check_run_token(_hold_run.run_id, _hold_run.token);
     PERFORM rendezvous._refuse_other_role(_hold_run.run_id, _hold_run.token);
     SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = _hold_run.run_id FOR NO KEY UPDATE;
-    IF NOT FOUND OR r.token <> _hold_run.token OR r.state <> 'running' OR NOT rendezvous._is_holder_role(r.holder_role) THEN
+    IF FOUND AND NOT rendezvous._is_holder_role(r.holder_role) THEN
+        PERFORM rendezvous._refuse_other_role(_hold_run.run_id, _hold_run.token);
+    ELSIF NOT FOUND OR r.token <> _hold_run.token OR r.state <> 'running' THEN
         PERFORM rendezvous._refuse_stale_run(_hold_run.run_id, _hold_run.token, r.state, r.token);
     END IF;
     RETURN r;
@@ -431,7 +434,9 @@ BEGIN
     PERFORM rendezvous._check_run_token(assert_run.run_id, assert_run.token);
     PERFORM rendezvous._refuse_other_role(assert_run.run_id, assert_run.token);
     SELECT * INTO r FROM rendezvous.runs x WHERE x.run_id = assert_run.run_id FOR SHARE;
-    IF NOT FOUND OR r.token <> assert_run.token OR r.state <> 'running' OR NOT rendezvous._is_holder_role(r.holder_role) THEN
+    IF FOUND AND NOT rendezvous._is_holder_role(r.holder_role) THEN
+        PERFORM rendezvous._refuse_other_role(assert_run.run_id, assert_run.token);
+    ELSIF NOT FOUND OR r.token <> assert_run.token OR r.state <> 'running' THEN
         PERFORM rendezvous._refuse_stale_run(assert_run.run_id, assert_run.token, r.state, r.token);
     END IF;
 END

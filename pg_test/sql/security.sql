@@ -28,9 +28,11 @@ SELECT p.oid::regprocedure AS trigger_function_public_may_attach
 -- A claim is acted on only by sessions of the login role that made it (#39 item 3): a host of
 -- another role holding the very token completes, fails, renews, releases, fences, checkpoints
 -- and reports nothing, and ends nothing by the holder's host id; the holder's calls still work.
+-- Each role in a session of its own (\c), as hosts are.
+SELECT current_user AS regress_user \gset
 CREATE ROLE rendezvous_regress_tenant_a LOGIN IN ROLE rendezvous_host;
 CREATE ROLE rendezvous_regress_tenant_b LOGIN IN ROLE rendezvous_host;
-SET SESSION AUTHORIZATION rendezvous_regress_tenant_a;
+\c - rendezvous_regress_tenant_a
 SELECT run_id AS a_run FROM rendezvous.spawn_run('tenant-a', 'forgery', '{}') \gset
 SELECT run_id AS a_second_run FROM rendezvous.spawn_run('tenant-a', 'forgery', '{}') \gset
 SELECT token AS a_token FROM rendezvous.claim_runs('host-a', 1, '30 s', ARRAY['forgery'], '0 s') \gset
@@ -39,7 +41,7 @@ SELECT '2026-01-01 00:00:00+00' AS a_fire_at \gset
 SELECT token AS a_firing_token FROM rendezvous.claim_firing('forgery', :'a_fire_at', 'host-a') \gset
 SELECT claimed, token AS a_batch_token FROM rendezvous.claim_firings(ARRAY['forgery-batch'], ARRAY[:'a_fire_at'::timestamptz], 'host-a') \gset
 
-SET SESSION AUTHORIZATION rendezvous_regress_tenant_b;
+\c - rendezvous_regress_tenant_b
 SELECT rendezvous.complete_run(:a_run, :a_token, '{"forged": true}') AS completed;
 SELECT completed FROM rendezvous.complete_runs(ARRAY[:a_run]::bigint[], ARRAY[:a_token]::bigint[]);
 SELECT rendezvous.fail_run(:a_run, :a_token, 'forged') AS failed_into;
@@ -58,7 +60,7 @@ SELECT regress.err(format('SELECT rendezvous.assert_firing(%L, %L, %s)', 'forger
 SELECT rendezvous.release_host_claims('host-a') AS claims_ended;
 
 -- The holder, untouched: its claims still hold, and its calls do what they say.
-SET SESSION AUTHORIZATION rendezvous_regress_tenant_a;
+\c - rendezvous_regress_tenant_a
 SELECT rendezvous.renew_run(:a_run, :a_token) IS NOT NULL AS renewed;
 SELECT rendezvous.assert_run(:a_run, :a_token) AS fenced;
 SELECT rendezvous.complete_run(:a_run, :a_token, '{"by": "a"}') AS completed;
@@ -66,7 +68,7 @@ SELECT rendezvous.release_run(:a_second_run, :a_second_token) AS released;
 SELECT rendezvous.assert_firing('forgery', :'a_fire_at', :a_firing_token) AS firing_fenced;
 SELECT rendezvous.complete_firing('forgery', :'a_fire_at', :a_firing_token) AS firing_completed;
 SELECT completed FROM rendezvous.complete_firings(ARRAY['forgery-batch'], ARRAY[:'a_fire_at'::timestamptz], ARRAY[:a_batch_token]::bigint[]);
-RESET SESSION AUTHORIZATION;
+\c - :regress_user
 SELECT state, output, progress, attempts, holder_role = 'rendezvous_regress_tenant_a'::regrole AS bound_to_a
   FROM rendezvous.runs WHERE run_id = :a_run;
 SELECT state, attempts, holder IS NULL AS no_holder FROM rendezvous.runs WHERE run_id = :a_second_run;
