@@ -410,8 +410,9 @@ mod tests {
             end_ms: 1_700_000_060_000,
             skew_ms: -170_000,
             ledger: Some("/tmp/fleet42/host-3.ledger".into()),
+            client_defaults: false,
         };
-        for plan in [plan.clone(), HostPlan { skew_ms: 0, ledger: None, ..plan }] {
+        for plan in [plan.clone(), HostPlan { skew_ms: 0, ledger: None, client_defaults: true, ..plan }] {
             let args = plan.to_args();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let Command::Host(back) = parse(&args).unwrap() else { panic!() };

@@ -299,6 +299,17 @@ impl Cluster {
         format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The postmaster's pid, from its pid file (None when it is not running).
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        let pid_file = std::fs::read_to_string(self.data().join("postmaster.pid")).ok()?;
+        pid_file.lines().next()?.trim().parse().ok()
+    }
+
+    /// Its server log.
+    pub fn server_log(&self) -> PathBuf {
+        self.log()
+    }
+
     /// Its directory (for helpers' files; removed with the cluster).
     pub fn dir(&self) -> &Path {
         &self.dir

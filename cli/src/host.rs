@@ -48,6 +48,10 @@ pub struct HostPlan {
     /// Append what the database acknowledged to this file (see `ledger`)
     #[arg(long, value_name = "PATH")]
     pub ledger: Option<PathBuf>,
+    /// Run with the client's default options (leases, timeouts, polling), not the short ones
+    /// that move a faulted host's work within seconds under chaos
+    #[arg(long)]
+    pub client_defaults: bool,
 }
 
 impl HostPlan {
@@ -73,12 +77,16 @@ impl HostPlan {
         if let Some(ledger) = &self.ledger {
             args.extend(["--ledger".into(), ledger.display().to_string()]);
         }
+        if self.client_defaults {
+            args.push("--client-defaults".into());
+        }
         args
     }
 
     /// The fleet's tasks: task i fires every `period` seconds, at second `i mod period` of each
     /// period (a 6-field cron), so the tasks' firings spread over each period. Overlap allowed
-    /// and every missed fire time caught up: the fleet checks that every fire time runs.
+    /// and every missed fire time caught up: the fleet checks that every fire time runs. Under
+    /// chaos, a 2 s lease and a 200 ms retry backoff; with the client's defaults, its own.
     pub fn task_specs(&self) -> Vec<TaskSpec> {
         (0..self.tasks)
             .map(|i| {
@@ -87,13 +95,16 @@ impl HostPlan {
                 } else {
                     format!("{}-59/{} * * * * *", i % self.period, self.period)
                 };
-                TaskSpec::new(format!("{}-task-{i}", self.tag), schedule)
+                let spec = TaskSpec::new(format!("{}-task-{i}", self.tag), schedule)
                     .with_overlap(Overlap::Allow)
                     .with_catch_up(CatchUp::All)
                     .with_catch_up_window(Duration::from_secs(600))
-                    .with_lease(Duration::from_secs(2))
-                    .with_max_attempts(3)
-                    .with_retry_backoff(Duration::from_millis(200))
+                    .with_max_attempts(3);
+                if self.client_defaults {
+                    spec
+                } else {
+                    spec.with_lease(Duration::from_secs(2)).with_retry_backoff(Duration::from_millis(200))
+                }
             })
             .collect()
     }
@@ -230,25 +241,28 @@ async fn step_call(
 /// Runs one host until every firing up to the plan's end is completed, then stops promptly.
 pub async fn run(plan: HostPlan) -> Result<(), String> {
     let e = |e: rendezvous_client::Error| e.to_string();
-    let elector = LeaderElector::start(
-        &plan.url,
-        &plan.group(),
-        &plan.host_id,
-        LeaderOptions::default().with_refresh(Duration::from_millis(500)).with_lease(None),
-    )
-    .await
-    .map_err(e)?;
-    let options = WorkerOptions::default()
-        .with_poll(Duration::from_millis(500))
-        .with_rank_delay(Duration::from_millis(300))
-        .with_heartbeat(Duration::from_millis(300))
-        .with_staleness(Duration::from_secs(2))
-        .with_max_concurrent(32)
-        .with_max_backoff(Duration::from_secs(1))
-        // Short, so a hung or cut-off host's runs are taken over within the chaos.
-        .with_run_lease(Duration::from_secs(3))
-        .with_call_timeout(Duration::from_secs(3))
-        .with_clock(skewed_clock(plan.skew_ms));
+    let leader_options = if plan.client_defaults {
+        LeaderOptions::default()
+    } else {
+        LeaderOptions::default().with_refresh(Duration::from_millis(500)).with_lease(None)
+    };
+    let elector =
+        LeaderElector::start(&plan.url, &plan.group(), &plan.host_id, leader_options).await.map_err(e)?;
+    let options = if plan.client_defaults {
+        WorkerOptions::default()
+    } else {
+        WorkerOptions::default()
+            .with_poll(Duration::from_millis(500))
+            .with_rank_delay(Duration::from_millis(300))
+            .with_heartbeat(Duration::from_millis(300))
+            .with_staleness(Duration::from_secs(2))
+            .with_max_concurrent(32)
+            .with_max_backoff(Duration::from_secs(1))
+            // Short, so a hung or cut-off host's runs are taken over within the chaos.
+            .with_run_lease(Duration::from_secs(3))
+            .with_call_timeout(Duration::from_secs(3))
+    }
+    .with_clock(skewed_clock(plan.skew_ms));
     let tag: Arc<str> = plan.tag.clone().into();
     let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);
     let mut builder = Worker::builder(&plan.url, &plan.host_id).options(options);
@@ -261,12 +275,16 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     }
     let scheduler = builder.start().await.map_err(e)?;
 
-    let mut writer = rendezvous_client::connect(&plan.url).await.map_err(e)?;
+    // The host's own connection (its leader-only writes), named like the client's pieces. With
+    // the client's defaults it is as patient as they are: a slow server is waited for.
+    let writer_name = format!("rendezvous fleet writer {}", plan.host_id);
+    let call_timeout = if plan.client_defaults { Duration::from_secs(30) } else { CALL_TIMEOUT };
+    let mut writer = rendezvous_client::connect_as(&plan.url, &writer_name).await.map_err(e)?;
     let expected = plan.tasks; // at least one firing per task before the end, checked below
     let mut term = None;
     loop {
         if writer.is_closed() {
-            reconnect(&mut writer, &plan.url).await;
+            reconnect(&mut writer, &plan.url, &writer_name, call_timeout).await;
         }
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
@@ -278,16 +296,16 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             let action_id = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as i64;
             // Bounded, like every call of the client's own pieces: a commit on a primary cut off
             // from its synchronous standby never returns; the connection is then given up.
-            match tokio::time::timeout(CALL_TIMEOUT, leader_action(&mut writer, &plan, epoch, action_id))
+            match tokio::time::timeout(call_timeout, leader_action(&mut writer, &plan, epoch, action_id))
                 .await
             {
                 Ok(true) => ledger.record(format_args!("action {epoch} {action_id}")),
                 Ok(false) => {}
-                Err(_) => reconnect(&mut writer, &plan.url).await,
+                Err(_) => reconnect(&mut writer, &plan.url, &writer_name, call_timeout).await,
             }
         }
         let done = async {
-            tokio::time::timeout(CALL_TIMEOUT, all_done(&writer, &plan, expected)).await.unwrap_or(false)
+            tokio::time::timeout(call_timeout, all_done(&writer, &plan, expected)).await.unwrap_or(false)
         };
         if SystemTime::now() >= plan.end() && (late(&plan) || done.await) {
             break;
@@ -299,15 +317,15 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     Ok(())
 }
 
-/// Replaces `writer` with a new connection, within the call timeout; if none can be made now
-/// (a failover in progress), the next round tries again.
-async fn reconnect(writer: &mut tokio_postgres::Client, url: &str) {
-    if let Ok(Ok(fresh)) = tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect(url)).await {
+/// Replaces `writer` with a new connection, within `limit`; if none can be made now (a
+/// failover in progress), the next round tries again.
+async fn reconnect(writer: &mut tokio_postgres::Client, url: &str, name: &str, limit: Duration) {
+    if let Ok(Ok(fresh)) = tokio::time::timeout(limit, rendezvous_client::connect_as(url, name)).await {
         *writer = fresh;
     }
 }
 
-/// How long the host waits for one call on its own connection.
+/// How long the host waits for one call on its own connection (under chaos).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Past the end by more than 20 s: stop whatever is left (the report shows it).

@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod ha;
 pub mod host;
 pub mod ledger;
+pub mod overload;
 pub mod partition;
 pub mod sql;
 pub mod status;

@@ -253,6 +253,14 @@ rendezvous_client::sql_statements! {
                        FROM fleet_run_starts s JOIN rendezvous.status_runs r ON r.run_id = s.run_id
                       WHERE s.tag = $1 GROUP BY s.run_id, r.created_at) x"
         (TEXT) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8);
+    /// `rendezvous fleet --overload` (fleet/report.rs): seconds from the cap's lift ($2) to the
+    /// last completion of what was due (firings) or admitted (runs) by then.
+    FLEET_OVERLOAD_DRAINED = "SELECT extract(epoch FROM greatest(
+                    (SELECT max(f.completed_at) FROM rendezvous.status_firings f
+                      WHERE f.task_id LIKE $1 || '-task-%' AND f.fire_at <= $2),
+                    (SELECT max(r.updated_at) FROM rendezvous.status_runs r
+                      WHERE r.tenant_id = $1 AND r.created_at <= $2 AND r.state = 'succeeded')) - $2)::float8 AS drained"
+        (TEXT, TIMESTAMPTZ) -> ("drained": FLOAT8);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_LATENESS = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
                FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s

@@ -53,6 +53,31 @@ fn a_short_fleet_under_chaos_passes() {
     let _ = std::fs::remove_file(path);
 }
 
+/// A slow database is not a gone one (#39): with the client's defaults, the database's CPU
+/// capped at a tenth of a core for 30 s and 4 CPU hogs beside the hosts, no host process exits,
+/// no host piece ends a session or opens more than 2 (a job pool growing to its size aside),
+/// nothing is lost or run twice, and what was due by the lift is done within 30 s of it.
+#[test]
+fn an_overloaded_database_slows_the_fleet_and_breaks_nothing() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
+        .args(["fleet", "--hosts", "4", "--duration", "60", "--overload"])
+        .output()
+        .expect("run rendezvous fleet");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "fleet failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(report.contains("verdict                  PASS"), "{report}");
+    let due = figure(&report, "firings due");
+    assert_eq!(figure(&report, "firings completed"), due);
+    assert_eq!(figure(&report, "executed twice"), 0);
+    assert_eq!(figure(&report, "lost"), 0);
+    assert_eq!(figure(&report, "failed for good"), 0, "{report}");
+    let overload = report.lines().find(|l| l.starts_with("overload ")).unwrap_or_else(|| panic!("{report}"));
+    assert!(overload.contains("for 30 s: host processes exited 0"), "{overload}");
+    let sessions =
+        report.lines().find(|l| l.trim_start().starts_with("host sessions")).expect("a sessions line");
+    assert!(sessions.contains(" 0 ended while capped"), "{report}");
+}
+
 #[test]
 fn status_of_an_unreachable_database_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))

@@ -3,6 +3,7 @@
 mod chaos;
 mod controller;
 mod hosts;
+mod overload;
 mod report;
 
 use std::time::{Duration, Instant, SystemTime};
@@ -15,6 +16,8 @@ use crate::host::HostPlan;
 use chaos::{chaos_step, Takeovers, Watcher};
 use controller::{bounded, connect_controller, unix_ms, CALL_TIMEOUT, REPORT_TIMEOUT};
 use hosts::{progress, restart_exited, spawn, wake, Host};
+pub use overload::OverloadOutcome;
+use overload::{OverloadAct, Server};
 pub use report::{print_report, Report};
 
 /// Fleet settings: the flags of `rendezvous fleet`.
@@ -53,7 +56,18 @@ pub struct FleetOptions {
     /// Where to write the timeline picture (SVG); default: the temp directory
     #[arg(long, value_name = "PATH")]
     pub timeline: Option<std::path::PathBuf>,
+    /// Overload the database midway: its server's CPU capped at a tenth of a core for 30 s
+    /// (half the run if that is shorter), with 4 CPU hogs beside the hosts, which run with the
+    /// client's default options. The report adds how long the backlog took to drain once the
+    /// cap was lifted and the connections the hosts opened meanwhile (a throwaway database only)
+    #[arg(long, conflicts_with_all = ["url", "ha"])]
+    pub overload: bool,
 }
+
+/// How long `--overload` caps the database (at most half the run).
+const OVERLOAD_FOR: Duration = Duration::from_secs(30);
+/// The CPU hogs beside the hosts while it does.
+const OVERLOAD_HOGS: usize = 4;
 
 fn parse_hosts(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -94,15 +108,17 @@ pub async fn run(o: FleetOptions) -> Result<Report, String> {
         }
     }
     // The database is started whole (a start cut short could leave a server behind).
-    let (_cluster, mut ha, url) = start_database(&o).await?;
+    let (cluster, mut ha, url) = start_database(&o).await?;
     if *interrupted.borrow() {
         return Err("interrupted".into());
     }
+    let server =
+        cluster.as_ref().and_then(|c| Some(Server { pid: c.postmaster_pid()?, log: c.server_log() }));
     // From here a signal ends the run at whatever step it is, a call waiting on a primary that
     // cannot commit included: dropping the run kills its host processes (kill_on_drop) and
     // removes its ledgers; the database is stopped after it.
     tokio::select! {
-        report = drive(o, url, ha.as_mut()) => report,
+        report = drive(o, url, ha.as_mut(), server) => report,
         _ = interrupted.wait_for(|stop| *stop) => Err("interrupted".into()),
     }
 }
@@ -122,7 +138,19 @@ async fn start_database(
         }
         (None, None) => {
             println!("starting a throwaway PostgreSQL (temp dir, own port)…");
-            let cluster = crate::cluster::Cluster::start().await?;
+            // Every session's start and end logged, with its application_name: an overloaded
+            // run counts those the hosts opened and gave up.
+            let settings = [
+                ("fsync", "off"),
+                ("log_connections", "on"),
+                ("log_disconnections", "on"),
+                ("log_line_prefix", "%m [%p] %a: "),
+            ];
+            let options = crate::cluster::ClusterOptions {
+                settings: settings.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+                ..Default::default()
+            };
+            let cluster = crate::cluster::Cluster::start_with(&options).await?;
             println!(
                 "  database: {}   (watch it: rendezvous status --database-url {})",
                 cluster.url(),
@@ -135,7 +163,12 @@ async fn start_database(
 }
 
 /// The run itself, on a database that is up: hosts, chaos, the report.
-async fn drive(o: FleetOptions, url: String, ha: Option<&mut Ha>) -> Result<Report, String> {
+async fn drive(
+    o: FleetOptions,
+    url: String,
+    ha: Option<&mut Ha>,
+    server: Option<Server>,
+) -> Result<Report, String> {
     let mut admin = connect_controller(&url).await.map_err(|e| format!("cannot connect: {e}"))?;
     bounded(&mut admin, &url, CALL_TIMEOUT, async |admin| {
         rendezvous_client::check_extension(admin).await.map_err(|e| e.to_string())?;
@@ -158,6 +191,7 @@ async fn drive(o: FleetOptions, url: String, ha: Option<&mut Ha>) -> Result<Repo
         end_ms: unix_ms(end),
         skew_ms: 0,
         ledger: None,
+        client_defaults: o.overload,
     };
     let due = schedule_tasks(&mut admin, &url, &base, end).await?;
     let example = base.task_specs().into_iter().last().map(|s| s.schedule).unwrap_or_default();
@@ -190,7 +224,8 @@ async fn drive(o: FleetOptions, url: String, ha: Option<&mut Ha>) -> Result<Repo
     }
     let mut report = Report { due, ..Report::default() };
     let watcher = Watcher { url: url.clone(), group: base.group(), takeovers: Takeovers::default() };
-    let failover = supervise(&o, &mut admin, &tag, end, &mut hosts, ha, &mut report, &watcher).await?;
+    let failover =
+        supervise(&o, &mut admin, &tag, end, &mut hosts, ha, server.as_ref(), &mut report, &watcher).await?;
     report.database_failover = failover;
     report.takeovers = watcher.takeovers.lock().expect("takeovers lock").clone();
     // The fleet's tasks go with it (their pending firings too); the history stays.
@@ -244,8 +279,8 @@ async fn schedule_tasks(
 
 /// Watches the hosts until every one has finished (or the deadline, 45 s past the end, stops
 /// them): restarts those that exit early, prints progress every second, kills the primary
-/// halfway with `--ha`, and acts chaos every 1.5–3.5 s with `--chaos`. Returns the database
-/// failover's outcome with `--ha`.
+/// halfway with `--ha`, caps the database midway with `--overload`, and acts chaos every
+/// 1.5–3.5 s with `--chaos`. Returns the database failover's outcome with `--ha`.
 #[allow(clippy::too_many_arguments)]
 async fn supervise(
     o: &FleetOptions,
@@ -254,9 +289,15 @@ async fn supervise(
     end: SystemTime,
     hosts: &mut [Host],
     mut ha: Option<&mut Ha>,
+    server: Option<&Server>,
     report: &mut Report,
     watcher: &Watcher,
 ) -> Result<Option<(&'static str, Result<Failover, String>)>, String> {
+    let mut overload = match (o.overload, server) {
+        (true, Some(server)) => Some(OverloadAct::new(server, end, o.duration)),
+        (true, None) => return Err("--overload needs the throwaway database's server".into()),
+        (false, _) => None,
+    };
     let url = watcher.url.as_str();
     let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed);
     let mut next_chaos = Instant::now() + Duration::from_secs(3);
@@ -296,6 +337,9 @@ async fn supervise(
             report.record_act("primary killed", "primary killed", crate::timeline::DATABASE);
             failover_watch = Some(kill_primary(pair, url, &watcher.group).await);
         }
+        if let Some(act) = overload.as_mut() {
+            act.step(report)?;
+        }
         if o.chaos && Instant::now() >= next_chaos && SystemTime::now() + Duration::from_secs(3) < end {
             next_chaos = Instant::now() + Duration::from_millis(rng.random_range(1500..3500));
             let step = async |admin: &Client| chaos_step(admin, tag, hosts, &mut rng, report, watcher).await;
@@ -304,6 +348,9 @@ async fn supervise(
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(act) = overload {
+        report.overload = Some(act.finish(hosts, report)?);
     }
     let Some(pair) = &ha else { return Ok(None) };
     let watched = match failover_watch {

@@ -72,6 +72,8 @@ pub struct Report {
     pub timeline: Result<std::path::PathBuf, String>,
     /// With `--ha`: the engine, and how long its failover took (or why it did not happen).
     pub database_failover: Option<(&'static str, Result<Failover, String>)>,
+    /// With `--overload`: what the hosts did while the database was capped, and after.
+    pub overload: Option<super::OverloadOutcome>,
 }
 
 /// The agent workflow's durable steps (each run's five steps).
@@ -124,6 +126,7 @@ impl Default for Report {
             chaos_acts: Vec::new(),
             timeline: Err("not drawn".into()),
             database_failover: None,
+            overload: None,
         }
     }
 }
@@ -158,6 +161,7 @@ impl Report {
                 .database_failover
                 .as_ref()
                 .is_none_or(|(_, f)| f.as_ref().is_ok_and(|f| f.read_write.is_some() && f.leader.is_some()))
+            && self.overload.as_ref().is_none_or(|o| o.held())
     }
 }
 
@@ -166,6 +170,13 @@ impl Report {
 pub(super) async fn finish(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
     firing_figures(admin, tag, end, r).await?;
     run_figures(admin, tag, end, r).await?;
+    if let Some(o) = &mut r.overload {
+        let row = admin
+            .query_one(sql::FLEET_OVERLOAD_DRAINED, &[&tag, &o.lifted_at])
+            .await
+            .map_err(|e| e.to_string())?;
+        o.drained = row.get::<_, Option<f64>>(0).map(|s| Duration::from_secs_f64(s.max(0.0)));
+    }
     latencies(admin, tag, end, r).await
 }
 
@@ -413,6 +424,24 @@ fn print_faults(r: &Report) {
         }
         Some((engine, Err(why))) => println!("database failover        {engine}: {why}"),
         None => {}
+    }
+    if let Some(o) = &r.overload {
+        let drained = o.drained.map_or_else(|| "never".to_owned(), |d| format!("{:.1} s", d.as_secs_f64()));
+        println!(
+            "overload                 CPU capped at a tenth of a core for {} s: host processes exited {}, backlog done {drained} after the lift (bound 30 s)",
+            o.capped_for.as_secs(),
+            o.host_exits
+        );
+        let opened: u32 = o.pieces.values().map(|s| s.opened).sum();
+        let ended: u32 = o.pieces.values().map(|s| s.ended).sum();
+        println!(
+            "  host sessions          {opened} opened, {ended} ended while capped ({} received in all; bound {} a piece, a job pool's growth aside)",
+            o.received,
+            super::overload::SESSIONS_BOUND
+        );
+        for (name, s) in &o.pieces {
+            println!("    {name:<40} opened {}, ended {}", s.opened, s.ended);
+        }
     }
     match &r.timeline {
         Ok(path) => println!(
