@@ -316,3 +316,144 @@ fn signatures_parse_as_the_catalog_writes_them() {
     assert_eq!(s.result, "TABLE(x text, y bigint)");
     assert!(parse_signature("f(a text)").is_err());
 }
+
+fn guarantees_md() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/guarantees.md");
+    std::fs::read_to_string(path).expect("docs/guarantees.md")
+}
+
+/// The SQL blocks of a doc that start with `-- checked`: each statement (ending with `;` at
+/// the end of a line) with the lines after it that start with `--> `: its rows (columns
+/// joined by ` | `, NULL as `NULL`), or `ERROR <sqlstate>`.
+fn checked_blocks(md: &str) -> Vec<Vec<(String, Vec<String>)>> {
+    let mut blocks = Vec::new();
+    let mut lines = md.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() != "```sql" {
+            continue;
+        }
+        let body: Vec<&str> = lines.by_ref().take_while(|l| l.trim() != "```").collect();
+        if body.first().map(|l| l.trim()) != Some("-- checked") {
+            continue;
+        }
+        let mut block: Vec<(String, Vec<String>)> = Vec::new();
+        let mut statement = String::new();
+        for l in &body[1..] {
+            if let Some(expected) = l.strip_prefix("--> ") {
+                block
+                    .last_mut()
+                    .expect("an expectation follows a statement")
+                    .1
+                    .push(expected.trim_end().to_owned());
+            } else if !l.trim_start().starts_with("--") && !l.trim().is_empty() {
+                statement.push_str(l);
+                statement.push('\n');
+                if l.trim_end().ends_with(';') {
+                    block.push((std::mem::take(&mut statement), Vec::new()));
+                }
+            }
+        }
+        assert!(statement.trim().is_empty(), "a checked block ends inside a statement: {statement}");
+        blocks.push(block);
+    }
+    blocks
+}
+
+/// What a statement answered, in the blocks' notation.
+async fn answered(client: &Client, statement: &str) -> Vec<String> {
+    match client.simple_query(statement).await {
+        Ok(messages) => messages
+            .iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => Some(
+                    (0..row.len())
+                        .map(|i| row.get(i).unwrap_or("NULL").to_owned())
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                ),
+                _ => None,
+            })
+            .collect(),
+        Err(e) => vec![format!("ERROR {}", e.code().map_or("?", |c| c.code()))],
+    }
+}
+
+/// docs/guarantees.md's checked examples do what the text says (#39 item 10: its text once
+/// said a losing claim is told the holder's token, long after that stopped being true). Each
+/// block runs in a database of its own, as a superuser who may `SET SESSION AUTHORIZATION`;
+/// roles it creates are dropped before and after.
+#[tokio::test(flavor = "multi_thread")]
+async fn guarantees_md_examples_do_what_they_say() {
+    let md = guarantees_md();
+    let blocks = checked_blocks(&md);
+    assert!(blocks.len() >= 5, "docs/guarantees.md has {} checked examples", blocks.len());
+    let admin = rendezvous_tests::connect(&rendezvous_tests::cluster_url()).await;
+    let mut problems = Vec::new();
+    for (n, block) in blocks.iter().enumerate() {
+        let roles: Vec<String> = block
+            .iter()
+            .filter_map(|(s, _)| s.trim().strip_prefix("CREATE ROLE "))
+            .map(|rest| rest.split_whitespace().next().unwrap_or_default().trim_end_matches(';').to_owned())
+            .collect();
+        for role in &roles {
+            admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
+        }
+        let db = TestDb::new(&format!("guarantee{n}")).await;
+        let client = db.connect().await;
+        for (statement, expected) in block {
+            let got = answered(&client, statement).await;
+            let errored = got.first().is_some_and(|g| g.starts_with("ERROR "));
+            if (expected.is_empty() && errored) || (!expected.is_empty() && &got != expected) {
+                problems.push(format!("{statement}  expected {expected:?}\n  got      {got:?}"));
+            }
+        }
+        drop(client);
+        admin.batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", db.name)).await.unwrap();
+        for role in &roles {
+            admin.batch_execute(&format!("DROP ROLE IF EXISTS {role}")).await.unwrap();
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "docs/guarantees.md says otherwise than the database does:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// Every test docs/guarantees.md cites (`path` then `test_name`s, in backticks) exists: a
+/// guarantee is shown by tests that are there.
+#[test]
+fn guarantees_md_cites_tests_that_exist() {
+    let md = guarantees_md();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut problems = Vec::new();
+    let mut cited = 0;
+    let mut file: Option<(String, String)> = None;
+    // Backticked spans, in order: a path names the file the names after it are in.
+    for (_, span) in md.split('`').enumerate().filter(|(i, _)| i % 2 == 1) {
+        let is_path = span.contains('/')
+            && [".rs", ".sql", ".spec", ".sh"].iter().any(|ext| span.ends_with(ext))
+            && !span.contains([' ', '*', '<']);
+        if is_path {
+            match std::fs::read_to_string(format!("{root}/{span}")) {
+                Ok(text) => file = Some((span.to_owned(), text)),
+                Err(_) => {
+                    problems.push(format!("{span} does not exist"));
+                    file = None;
+                }
+            }
+        } else if let Some((path, text)) = &file {
+            let is_test_name = path.ends_with(".rs")
+                && span.len() > 20
+                && span.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if is_test_name {
+                cited += 1;
+                if !text.contains(&format!("fn {span}(")) {
+                    problems.push(format!("{path} has no test {span}"));
+                }
+            }
+        }
+    }
+    assert!(cited >= 20, "only {cited} tests cited");
+    assert!(problems.is_empty(), "docs/guarantees.md cites what is not there:\n{}", problems.join("\n"));
+}
