@@ -172,6 +172,12 @@ rendezvous_client::sql_statements! {
                    JOIN unnest($1::int8[], $2::int4[]) AS h(run_id, attempts) ON h.run_id = r.run_id
                   WHERE r.state IN ('succeeded', 'failed', 'cancelled') OR r.attempts > h.attempts"
         (INT8_ARRAY, INT4_ARRAY) -> ("run_id": INT8);
+    /// `rendezvous fleet` (fleet/controller.rs): whether a node takes writes, and on which
+    /// WAL timeline (the one it writes, from the current WAL file's name; NULL on a standby).
+    FLEET_NODE_TIMELINE = "SELECT NOT pg_is_in_recovery() AS writable,
+                CASE WHEN NOT pg_is_in_recovery()
+                     THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline"
+        () -> ("writable": BOOL, "timeline": INT4);
     /// `rendezvous fleet` (fleet/chaos.rs).
     FLEET_TERMINATE_HOST = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1"
         (TEXT) -> ("pg_terminate_backend": BOOL);

@@ -54,7 +54,78 @@ pub(super) async fn bounded<T>(
     }
 }
 
+/// The single-host URLs of a multi-host `postgres://` or `postgresql://` URL, one per host of
+/// its list, with everything else kept; empty for a URL naming one host or in another form.
+fn each_host(url: &str) -> Vec<(String, String)> {
+    let Some((scheme, rest)) = url.split_once("://") else { return Vec::new() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((user, hosts)) => (format!("{user}@"), hosts),
+        None => (String::new(), authority),
+    };
+    if !hosts.contains(',') {
+        return Vec::new();
+    }
+    hosts.split(',').map(|h| (h.to_owned(), format!("{scheme}://{user}{h}{tail}"))).collect()
+}
+
+/// Where a run's report is read: of a multi-host URL's nodes, the one that takes writes on
+/// the newest WAL timeline, which is the one that won a failover even where the old primary
+/// was left up and writable (a URL with `target_session_attrs=read-write` could reach either,
+/// and a report read on the old primary counts as lost what the new one kept: #43). Returns
+/// its URL and what to call it; the URL itself when it names one host, or no node answers.
+pub(super) async fn report_node(url: &str) -> (String, String) {
+    let mut best: Option<(i32, String, String)> = None;
+    for (host, single) in each_host(url) {
+        let Ok(client) = connect_controller(&single).await else { continue };
+        let answer =
+            tokio::time::timeout(CALL_TIMEOUT, client.query_one(crate::sql::FLEET_NODE_TIMELINE, &[])).await;
+        if let Ok(Ok(row)) = answer {
+            if let (true, Some(timeline)) = (row.get::<_, bool>(0), row.get::<_, Option<i32>>(1)) {
+                if best.as_ref().is_none_or(|(t, _, _)| timeline > *t) {
+                    best = Some((timeline, host, single));
+                }
+            }
+        }
+    }
+    match best {
+        Some((timeline, host, single)) => (single, format!("{host} (read-write, timeline {timeline})")),
+        None => (url.to_owned(), "whichever node the URL reached".to_owned()),
+    }
+}
+
 /// Milliseconds since the Unix epoch.
 pub(super) fn unix_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::each_host;
+
+    #[test]
+    fn a_multi_host_url_splits_into_one_url_per_host() {
+        let url =
+            "postgresql://postgres@127.0.0.1:5433,127.0.0.1:5434/postgres?target_session_attrs=read-write";
+        let hosts = each_host(url);
+        assert_eq!(
+            hosts,
+            vec![
+                (
+                    "127.0.0.1:5433".to_owned(),
+                    "postgresql://postgres@127.0.0.1:5433/postgres?target_session_attrs=read-write"
+                        .to_owned()
+                ),
+                (
+                    "127.0.0.1:5434".to_owned(),
+                    "postgresql://postgres@127.0.0.1:5434/postgres?target_session_attrs=read-write"
+                        .to_owned()
+                ),
+            ]
+        );
+        assert!(each_host("postgresql://u:p@db:5432/x").is_empty());
+        assert!(each_host("host=a,b dbname=x").is_empty());
+        assert_eq!(each_host("postgres://a,b").len(), 2);
+    }
 }

@@ -14,7 +14,7 @@ use tokio_postgres::Client;
 use crate::ha::{Failover, Ha};
 use crate::host::HostPlan;
 use chaos::{chaos_step, Takeovers, Watcher};
-use controller::{bounded, connect_controller, unix_ms, CALL_TIMEOUT, REPORT_TIMEOUT};
+use controller::{bounded, connect_controller, report_node, unix_ms, CALL_TIMEOUT, REPORT_TIMEOUT};
 use hosts::{progress, restart_exited, spawn, wake, Host};
 pub use overload::OverloadOutcome;
 use overload::{OverloadAct, Server};
@@ -397,7 +397,15 @@ async fn wrap_up(
     hosts: Vec<String>,
     report: &mut Report,
 ) -> Result<(), String> {
-    let url = watcher.url.as_str();
+    // Read on the node that won, where a failover left two writable ones (and said so).
+    let (report_url, node) = report_node(&watcher.url).await;
+    if report_url != watcher.url {
+        *admin = connect_controller(&report_url)
+            .await
+            .map_err(|e| format!("cannot read the report on {node}: {e}"))?;
+        report.read_on = Some(node);
+    }
+    let url = report_url.as_str();
     bounded(admin, url, REPORT_TIMEOUT, async |admin| report::finish(admin, tag, end, report).await).await?;
     let acknowledged = crate::ledger::read(ledgers)?;
     report.lost_after_failover = bounded(admin, url, REPORT_TIMEOUT, async |admin| {

@@ -74,6 +74,9 @@ pub struct Report {
     pub database_failover: Option<(&'static str, Result<Failover, String>)>,
     /// With `--overload`: what the hosts did while the database was capped, and after.
     pub overload: Option<super::OverloadOutcome>,
+    /// With a multi-host URL: the node the report was read on (the writable one on the newest
+    /// timeline).
+    pub read_on: Option<String>,
 }
 
 /// The agent workflow's durable steps (each run's five steps).
@@ -127,6 +130,7 @@ impl Default for Report {
             timeline: Err("not drawn".into()),
             database_failover: None,
             overload: None,
+            read_on: None,
         }
     }
 }
@@ -293,6 +297,9 @@ pub fn print_report(r: &Report) {
 /// What was done: firings and runs, with their exactly-once counts and latencies.
 fn print_work(r: &Report) {
     println!("\n== fleet report ==");
+    if let Some(node) = &r.read_on {
+        println!("read on                  {node}");
+    }
     println!("firings due              {}", r.due);
     println!("firings completed        {}", r.completed);
     println!(
