@@ -45,11 +45,13 @@ pub enum Command {
     /// firings, runs) on a local web page, read-only
     Dashboard(DashboardArgs),
     /// An operator's actions: pause, resume or remove a task, release a stuck firing claim,
-    /// purge finished runs and firings, remove a host (as a member of rendezvous_admin)
+    /// purge finished runs and firings, remove a host, ask a leader to step down (as a member
+    /// of rendezvous_admin)
     Admin(AdminArgs),
     /// Check a database URL: connect as every rendezvous host would (TLS as libpq's sslmode
-    /// says), and show the server, the TLS in use and the installed pg_rendezvous (exit status
-    /// 1 if the extension is missing or another version, 2 if no connection is made)
+    /// says), and show the server, the TLS in use, the installed pg_rendezvous and what the role
+    /// may do (exit status 1 if the extension is missing or another version or the role cannot
+    /// run a host, 2 if no connection is made)
     Check(CheckArgs),
     /// Throwaway PostgreSQL clusters (for scripts and tests)
     #[command(subcommand_required = true, arg_required_else_help = true)]

@@ -109,6 +109,17 @@ pub async fn serve(url: String, listen: SocketAddr, allow_hosts: Vec<String>) ->
     axum::serve(listener, app).await.map_err(|e| e.to_string())
 }
 
+/// When a leader's term began, as the database says (`seconds_leading`): a term already 20 s
+/// old when the dashboard first sees it did not change "0 s ago" (#41); `now` when it does
+/// not say (nobody leads).
+fn term_began(leader: &Value, now: SystemTime) -> SystemTime {
+    leader["seconds_leading"]
+        .as_f64()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .and_then(|s| now.checked_sub(std::time::Duration::from_secs_f64(s)))
+        .unwrap_or(now)
+}
+
 /// The status, read again (reconnecting if the connection was lost).
 async fn status(d: &Dashboard) -> Result<Value, String> {
     let mut client = d.client.lock().await;
@@ -123,7 +134,7 @@ async fn status(d: &Dashboard) -> Result<Value, String> {
         let epoch = l["epoch"].as_i64().unwrap_or(0);
         let last = history.iter().rev().find(|(_, g, _, _)| *g == group);
         if last.is_none_or(|(_, _, who, e)| *who != leader || *e != epoch) {
-            history.push_back((SystemTime::now(), group, leader, epoch));
+            history.push_back((term_began(l, SystemTime::now()), group, leader, epoch));
             if history.len() > HISTORY {
                 history.pop_front();
             }
@@ -346,6 +357,15 @@ mod tests {
 
     fn host(i: usize, live: bool, weight: f64) -> Value {
         json!({"host_id": format!("h{i}"), "weight": weight, "seconds_since_heartbeat": 1.0, "live": live})
+    }
+
+    #[test]
+    fn a_term_first_seen_dates_from_when_it_began() {
+        let now = SystemTime::now();
+        let leader = json!({"group": "g", "leader": "h1", "epoch": 3, "seconds_leading": 20.0});
+        assert_eq!(term_began(&leader, now), now - std::time::Duration::from_secs(20));
+        let nobody = json!({"group": "g", "leader": null, "epoch": 3, "seconds_leading": null});
+        assert_eq!(term_began(&nobody, now), now);
     }
 
     #[test]

@@ -89,6 +89,16 @@ rendezvous_client::sql_statements! {
                     s.ssl, s.version, s.cipher \
                FROM pg_catalog.pg_stat_ssl s WHERE s.pid = pg_catalog.pg_backend_pid()"
         () -> ("current_user": NAME, "current_database": NAME, "current_setting": TEXT, "coalesce": TEXT, "ssl": BOOL, "version": TEXT, "cipher": TEXT);
+    /// `rendezvous check` (check.rs): what the session's role may do with the extension, and
+    /// whether the functions that judge a claim's holder gone read every role's sessions (the
+    /// owner is a superuser or a member of pg_read_all_stats).
+    CHECK_ROLE = "SELECT has_function_privilege('rendezvous.claim_runs(text, integer, interval, text[], interval)', 'EXECUTE') AS host,
+                has_table_privilege('rendezvous.status_hosts', 'SELECT') AS observer,
+                has_function_privilege('rendezvous.purge_runs(interval)', 'EXECUTE') AS admin,
+                (SELECT o.rolsuper OR pg_has_role(o.oid, 'pg_read_all_stats', 'USAGE')
+                   FROM pg_roles o JOIN pg_proc p ON p.proowner = o.oid
+                  WHERE p.oid = 'rendezvous._holder_gone(integer, timestamp with time zone)'::regprocedure) AS sees_sessions"
+        () -> ("host": BOOL, "observer": BOOL, "admin": BOOL, "sees_sessions": BOOL);
     /// `rendezvous fleet` (host.rs).
     FLEET_START = "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)"
         (TEXT, TEXT, INT8, TEXT, TIMESTAMPTZ) -> ();

@@ -78,6 +78,39 @@ fn an_overloaded_database_slows_the_fleet_and_breaks_nothing() {
     assert!(sessions.contains(" 0 ended while capped"), "{report}");
 }
 
+/// `rendezvous check` is ready (exit 0) only for a role that can run a host: an observer's
+/// URL connected and found the extension in 0.3.0, and the service then failed with 42501
+/// (#41).
+#[test]
+fn check_is_ready_only_for_a_role_that_can_run_a_host() {
+    let psql = rendezvous_cli::cluster::bindir().unwrap().join("psql");
+    let role = format!("rz_check_{}", std::process::id());
+    let script = format!(
+        r#"set -e
+{psql} -X -q -v ON_ERROR_STOP=1 -c "CREATE ROLE {role}_obs LOGIN IN ROLE rendezvous_observer" \
+  -c "CREATE ROLE {role}_host LOGIN IN ROLE rendezvous_host" -c "CREATE ROLE {role}_none LOGIN"
+for who in obs host none; do
+  echo "--- $who"
+  "{rendezvous}" check --database-url "postgresql://{role}_$who@127.0.0.1:$PGPORT/postgres" || echo "exit $?"
+done
+{psql} -X -q -c "DROP ROLE {role}_obs, {role}_host, {role}_none""#,
+        psql = psql.display(),
+        rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
+    );
+    let stdout = run_on_a_cluster(&script);
+    let part = |who: &str| {
+        stdout.split(&format!("--- {who}\n")).nth(1).unwrap().split("--- ").next().unwrap().to_owned()
+    };
+    let (obs, host, none) = (part("obs"), part("host"), part("none"));
+    assert!(
+        obs.contains("cannot run a host") && obs.contains("GRANT rendezvous_host") && obs.contains("exit 1"),
+        "{obs}"
+    );
+    assert!(host.contains("may run a host (rendezvous_host)") && !host.contains("exit "), "{host}");
+    assert!(host.contains("a dead holder's work moves at once"), "{host}");
+    assert!(none.contains("may not use pg_rendezvous") && none.contains("exit 1"), "{none}");
+}
+
 #[test]
 fn status_of_an_unreachable_database_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
