@@ -16,7 +16,8 @@ use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::Clock;
 use rendezvous_client::{
-    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, TaskSpec, Worker, WorkerOptions,
+    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, RetryPolicy, TaskSpec, Worker,
+    WorkerOptions,
 };
 
 /// What a host is told by the fleet controller: the flags of `rendezvous host` (see
@@ -99,7 +100,7 @@ impl HostPlan {
                     .with_overlap(Overlap::Allow)
                     .with_catch_up(CatchUp::All)
                     .with_catch_up_window(Duration::from_secs(600))
-                    .with_max_attempts(3);
+                    .with_max_attempts(ATTEMPTS);
                 if self.client_defaults {
                     spec
                 } else {
@@ -134,6 +135,13 @@ fn skewed_clock(skew_ms: i64) -> Clock {
     }))
 }
 
+/// Attempts of each firing and run. A planned first-attempt failure takes one; a holder lost
+/// (killed, hung, cut off, or its primary killed: a failover outlasts the chaos settings' 3 s
+/// run lease, and a host on a loaded machine may renew late) makes a takeover, which takes
+/// another. Five leave room for both under chaos on a busy machine, as a service sizes its
+/// retries for the faults it expects; the verdict still needs every one done, once.
+const ATTEMPTS: i32 = 5;
+
 /// True for about one firing in seven: its first attempt fails on purpose.
 fn fails_first_attempt(key: &str) -> bool {
     key.bytes().map(u64::from).sum::<u64>() % 7 == 0
@@ -156,7 +164,16 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
     }
     // The run this firing starts, admitted by its key: a re-execution gets the same run back.
     let input = serde_json::json!({ "task": task_id, "token": token });
-    let admission = spawn_run(job.client().await?, &tag, &task_id, &input, Some(&key)).await?;
+    let policy = RetryPolicy { max_attempts: ATTEMPTS, ..RetryPolicy::default() };
+    let admission = rendezvous_client::runs::spawn_run_with_policy(
+        job.client().await?,
+        &tag,
+        &task_id,
+        &input,
+        Some(&key),
+        policy,
+    )
+    .await?;
     ledger.record(format_args!("run {key} {}", admission.run_id));
     let mut admissions = vec![admission];
     if key.bytes().map(u64::from).sum::<u64>() % 4 == 0 {

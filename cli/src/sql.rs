@@ -224,10 +224,11 @@ rendezvous_client::sql_statements! {
                     count(*) FILTER (WHERE r.state = 'failed'),
                     count(*) FILTER (WHERE r.state = 'succeeded' AND r.attempts > 1
                                        AND r.run_id IN (SELECT run_id FROM fleet_run_starts WHERE tag = $1
-                                                         GROUP BY 1 HAVING count(*) > 1))
+                                                         GROUP BY 1 HAVING count(*) > 1)),
+                    (array_agg(r.last_error ORDER BY r.run_id) FILTER (WHERE r.state = 'failed'))[1] AS failed_error
                FROM rendezvous.status_runs r JOIN rendezvous.status_firings f ON f.firing_key = r.dispatch_key
               WHERE r.tenant_id = $1 AND f.fire_at <= $2 AND f.task_id LIKE $3"
-        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8, "count": INT8, "count": INT8, "count": INT8);
+        (TEXT, TIMESTAMPTZ, TEXT) -> ("count": INT8, "count": INT8, "count": INT8, "count": INT8, "failed_error": TEXT);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_RUNS_EXECUTED_TWICE = "SELECT count(*) FROM (SELECT run_id FROM fleet_run_effects WHERE tag = $1 GROUP BY 1 HAVING count(*) > 1) x"
         (TEXT) -> ("count": INT8);

@@ -45,6 +45,8 @@ pub struct Report {
     pub runs_retried: i64,
     /// Runs failed for good.
     pub runs_failed: i64,
+    /// The last error of the first run failed for good, if any.
+    pub runs_failed_error: Option<String>,
     /// Runs started again after their holder was lost (a takeover; fenced).
     pub runs_taken_over: i64,
     /// Pickup latency, admission to first start (database clock), p50 and p99.
@@ -117,6 +119,7 @@ impl Default for Report {
             runs_unfinished: 0,
             runs_retried: 0,
             runs_failed: 0,
+            runs_failed_error: None,
             runs_taken_over: 0,
             run_pickup: None,
             steps: StepFigures::default(),
@@ -212,8 +215,8 @@ async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report)
     let like = format!("{tag}-task-%");
     let all: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tag, &end, &like];
     let runs = admin.query_one(sql::FLEET_RUN_OUTCOMES, &all).await.map_err(|e| e.to_string())?;
-    (r.runs_executed, r.runs_unfinished, r.runs_failed, r.runs_retried) =
-        (runs.get(0), runs.get(1), runs.get(2), runs.get(3));
+    (r.runs_executed, r.runs_unfinished, r.runs_failed, r.runs_retried, r.runs_failed_error) =
+        (runs.get(0), runs.get(1), runs.get(2), runs.get(3), runs.get(4));
     r.runs_executed_twice = admin
         .query_one(sql::FLEET_RUNS_EXECUTED_TWICE, &[&tag])
         .await
@@ -337,6 +340,9 @@ fn print_work(r: &Report) {
         "runs executed            {}   (executed twice: {}; still pending or running: {}; failed for good: {})",
         r.runs_executed, r.runs_executed_twice, r.runs_unfinished, r.runs_failed
     );
+    if let Some(error) = &r.runs_failed_error {
+        println!("  a run failed for good: {}", crate::status::escape_controls(error));
+    }
     println!(
         "runs retried             {}   (one in nine fails its first attempt on purpose; taken over from a lost holder: {})",
         r.runs_retried, r.runs_taken_over
