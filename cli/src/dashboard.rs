@@ -116,7 +116,8 @@ fn term_began(leader: &Value, now: SystemTime) -> SystemTime {
     leader["seconds_leading"]
         .as_f64()
         .filter(|s| s.is_finite() && *s >= 0.0)
-        .and_then(|s| now.checked_sub(std::time::Duration::from_secs_f64(s)))
+        .and_then(|s| std::time::Duration::try_from_secs_f64(s).ok())
+        .and_then(|d| now.checked_sub(d))
         .unwrap_or(now)
 }
 

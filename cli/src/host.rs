@@ -110,6 +110,18 @@ impl HostPlan {
             .collect()
     }
 
+    /// The retry policy of the runs the firings admit: [`ATTEMPTS`] attempts; under chaos
+    /// retried after 1 s (doubling), so a run whose attempts failed around a failover is done
+    /// before the hosts stop; with the client's defaults, its 10 s.
+    pub fn run_policy(&self) -> RetryPolicy {
+        let policy = RetryPolicy { max_attempts: ATTEMPTS, ..RetryPolicy::default() };
+        if self.client_defaults {
+            policy
+        } else {
+            RetryPolicy { backoff: Duration::from_secs(1), ..policy }
+        }
+    }
+
     /// The shared agent's leader group.
     pub fn group(&self) -> String {
         format!("{}:shared-agent", self.tag)
@@ -151,7 +163,12 @@ fn fails_first_attempt(key: &str) -> bool {
 /// short "agent loop", then the effect and the completion in one transaction. What the
 /// database acknowledges goes into the ledger. The run is executed by whichever host claims it
 /// ([`run_work`]).
-async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), rendezvous_client::Error> {
+async fn work(
+    mut job: Job,
+    tag: Arc<str>,
+    ledger: Arc<Ledger>,
+    policy: RetryPolicy,
+) -> Result<(), rendezvous_client::Error> {
     let key = job.key().to_owned();
     let firing = job.firing().expect("a task's handler runs firings").clone();
     let (token, host, fire_at, task_id) =
@@ -164,7 +181,6 @@ async fn work(mut job: Job, tag: Arc<str>, ledger: Arc<Ledger>) -> Result<(), re
     }
     // The run this firing starts, admitted by its key: a re-execution gets the same run back.
     let input = serde_json::json!({ "task": task_id, "token": token });
-    let policy = RetryPolicy { max_attempts: ATTEMPTS, ..RetryPolicy::default() };
     let admission = rendezvous_client::runs::spawn_run_with_policy(
         job.client().await?,
         &tag,
@@ -288,7 +304,8 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
         builder = builder
             .workflow(spec.task_id.clone(), move |job| run_work(job, run_tag.clone(), run_ledger.clone()));
         let (tag, ledger) = (tag.clone(), ledger.clone());
-        builder = builder.task(spec, move |job| work(job, tag.clone(), ledger.clone()));
+        let policy = plan.run_policy();
+        builder = builder.task(spec, move |job| work(job, tag.clone(), ledger.clone(), policy));
     }
     let scheduler = builder.start().await.map_err(e)?;
 

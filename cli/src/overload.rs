@@ -4,85 +4,145 @@
 //! catch up once the cap is lifted.
 //!
 //! The cap works wherever the server is ours to signal, root or not, without a cgroup
-//! hierarchy: every 100 ms the server's processes (the postmaster and its children, looked up
-//! afresh each time, so new backends are caught) run for 5 ms and are stopped (`SIGSTOP`) for
-//! the other 95, which is what CFS bandwidth control does to a cgroup whose `cpu.max` is
-//! `5000 100000`: at most a tenth of a core on this 2-core machine. The kernel goes on
-//! acknowledging TCP, so the hosts see a slow server, never a dead path. Lifting the cap (or
-//! dropping it, however the run ends) continues every process and stops the hogs.
-use std::process::{Child, Command, Stdio};
+//! hierarchy: every 100 ms the server's processes run for 5 ms and are stopped (`SIGSTOP`) for
+//! the other 95, as CFS bandwidth control throttles a cgroup: on this 2-core machine at most a
+//! tenth of a core, as `cpu.max` `10000 100000` would allow. The kernel goes on acknowledging
+//! TCP, so the hosts see a slow server, never a dead path. The server's processes are its
+//! process group (`pg_ctl` starts the postmaster as a session leader, and every backend is its
+//! child), signalled as one with `killpg`: no pid is looked up, so none can have been reused
+//! by another process meanwhile; a postmaster that leads no group of its own is signalled with
+//! its children, as /proc lists them. The hogs are busy threads of this process, so they end
+//! with it. The cap lifts itself when its time is up, and when it is lifted or dropped every
+//! server process is continued (a controller killed with `SIGKILL` leaves the server stopped:
+//! `kill -CONT -<postmaster pid>` continues it).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Of every period, how long the server runs; it is stopped for the rest.
 const RUN_FOR: Duration = Duration::from_millis(5);
 const PERIOD: Duration = Duration::from_millis(100);
 
-/// A capped server and the hogs beside it; lifted when dropped.
+/// The server's processes, as they are signalled.
+#[derive(Debug, Clone, Copy)]
+enum Server {
+    /// The postmaster's process group (the postmaster leads it).
+    Group(libc::pid_t),
+    /// The postmaster and its children, from /proc.
+    Children(u32),
+}
+
+impl Server {
+    fn of(postmaster: u32) -> Server {
+        // SAFETY: getpgid(2) has no preconditions; -1 (no such process) is not the pid.
+        let group = unsafe { libc::getpgid(postmaster as libc::pid_t) };
+        if group == postmaster as libc::pid_t {
+            Server::Group(group)
+        } else {
+            Server::Children(postmaster)
+        }
+    }
+
+    fn signal(self, signal: libc::c_int) {
+        match self {
+            // SAFETY: killpg(2) on the group the postmaster leads: the server's processes only.
+            Server::Group(group) => unsafe {
+                libc::killpg(group, signal);
+            },
+            Server::Children(postmaster) => {
+                for pid in children_and_self(postmaster) {
+                    // SAFETY: kill(2) with a pid /proc listed as the postmaster or its child
+                    // just now (a pid reused since would be another child of the postmaster).
+                    unsafe { libc::kill(pid as libc::pid_t, signal) };
+                }
+            }
+        }
+    }
+}
+
+/// A capped server and the hogs beside it; lifted when its time is up, or when lifted or
+/// dropped before.
 pub struct Overload {
-    postmaster: u32,
+    server: Server,
     lifted: Arc<AtomicBool>,
-    cycler: Option<JoinHandle<()>>,
-    hogs: Vec<Child>,
+    /// The duty cycle; returns when it continued the server for good.
+    cycler: Option<JoinHandle<SystemTime>>,
+    hogs: Vec<JoinHandle<()>>,
 }
 
 impl Overload {
-    /// Caps the server whose postmaster is `postmaster`, and starts `hogs` busy processes.
-    pub fn start(postmaster: u32, hogs: usize) -> Result<Overload, String> {
-        if server_pids(postmaster).is_empty() {
+    /// Caps the server whose postmaster is `postmaster` for `time` (or until lifted), with
+    /// `hogs` busy threads beside it.
+    pub fn start(postmaster: u32, hogs: usize, time: Duration) -> Result<Overload, String> {
+        if children_and_self(postmaster).is_empty() {
             return Err(format!("no server process {postmaster} to cap"));
         }
+        let server = Server::of(postmaster);
         let lifted = Arc::new(AtomicBool::new(false));
         let cycler = {
             let lifted = lifted.clone();
+            let until = Instant::now() + time;
             std::thread::Builder::new()
                 .name("overload".into())
                 .spawn(move || {
-                    while !lifted.load(Ordering::Relaxed) {
-                        signal_all(postmaster, libc::SIGCONT);
+                    while !lifted.load(Ordering::Relaxed) && Instant::now() < until {
+                        server.signal(libc::SIGCONT);
                         std::thread::sleep(RUN_FOR);
                         if lifted.load(Ordering::Relaxed) {
                             break;
                         }
-                        signal_all(postmaster, libc::SIGSTOP);
+                        server.signal(libc::SIGSTOP);
                         std::thread::sleep(PERIOD - RUN_FOR);
                     }
-                    signal_all(postmaster, libc::SIGCONT);
+                    server.signal(libc::SIGCONT);
+                    lifted.store(true, Ordering::Relaxed); // the hogs stop too
+                    SystemTime::now()
                 })
                 .map_err(|e| format!("cannot start the overload: {e}"))?
         };
-        let mut overload = Overload { postmaster, lifted, cycler: Some(cycler), hogs: Vec::new() };
+        let mut overload =
+            Overload { server, lifted: lifted.clone(), cycler: Some(cycler), hogs: Vec::new() };
         for _ in 0..hogs {
-            let hog = Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
+            let lifted = lifted.clone();
+            let hog = std::thread::Builder::new()
+                .name("cpu hog".into())
+                .spawn(move || {
+                    let mut spin: u64 = 0;
+                    while !lifted.load(Ordering::Relaxed) {
+                        for _ in 0..100_000 {
+                            spin = std::hint::black_box(
+                                spin.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1),
+                            );
+                        }
+                    }
+                })
                 .map_err(|e| format!("cannot start a CPU hog: {e}"))?;
             overload.hogs.push(hog);
         }
         Ok(overload)
     }
 
-    /// Lifts the cap (every server process continues) and stops the hogs.
-    pub fn lift(mut self) {
-        self.stop();
+    /// True once the cap has lifted itself (its time is up).
+    pub fn is_over(&self) -> bool {
+        self.lifted.load(Ordering::Relaxed)
     }
 
-    fn stop(&mut self) {
+    /// Lifts the cap (every server process continues) and stops the hogs; returns when the
+    /// server was continued for good.
+    pub fn lift(mut self) -> SystemTime {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> SystemTime {
         self.lifted.store(true, Ordering::Relaxed);
-        if let Some(cycler) = self.cycler.take() {
-            let _ = cycler.join();
-        }
+        let lifted = self.cycler.take().and_then(|c| c.join().ok()).unwrap_or_else(SystemTime::now);
         // Whatever the cycler did last, nothing stays stopped.
-        signal_all(self.postmaster, libc::SIGCONT);
-        for mut hog in self.hogs.drain(..) {
-            let _ = hog.kill();
-            let _ = hog.wait();
+        self.server.signal(libc::SIGCONT);
+        for hog in self.hogs.drain(..) {
+            let _ = hog.join();
         }
+        lifted
     }
 }
 
@@ -92,18 +152,8 @@ impl Drop for Overload {
     }
 }
 
-/// Sends `signal` to the postmaster and each of its children.
-fn signal_all(postmaster: u32, signal: libc::c_int) {
-    for pid in server_pids(postmaster) {
-        // SAFETY: kill(2) with a pid read from /proc just now: the postmaster or its child,
-        // a server this run started (a pid reused meanwhile would be another child of the
-        // postmaster, or gone).
-        unsafe { libc::kill(pid as libc::pid_t, signal) };
-    }
-}
-
 /// The postmaster (if it runs) and its children, from /proc.
-fn server_pids(postmaster: u32) -> Vec<u32> {
+fn children_and_self(postmaster: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     let mut pids = Vec::new();
     for entry in entries.flatten() {
@@ -125,13 +175,46 @@ fn parent(pid: u32) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     #[test]
     fn a_process_is_found_as_its_parents_child() {
         let mut child = Command::new("sleep").arg("5").spawn().unwrap();
-        let pids = server_pids(std::process::id());
+        let pids = children_and_self(std::process::id());
         let _ = child.kill();
         let _ = child.wait();
         assert!(pids.contains(&std::process::id()) && pids.contains(&child.id()), "{pids:?}");
+    }
+
+    /// A process group under the cap is stopped most of the time, and never once lifted.
+    #[test]
+    fn a_capped_group_is_stopped_most_of_the_time_and_continued_at_the_end() {
+        use std::os::unix::process::CommandExt;
+        // A group leader of its own (as pg_ctl makes the postmaster), busy.
+        let mut leader =
+            Command::new("sh").args(["-c", "while :; do :; done"]).process_group(0).spawn().unwrap();
+        let pid = leader.id();
+        let state = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next().map(str::to_owned))
+        };
+        let stopped_share = || {
+            let stopped = (0..100)
+                .filter(|_| {
+                    std::thread::sleep(Duration::from_millis(5));
+                    state().as_deref() == Some("T")
+                })
+                .count();
+            stopped as f64 / 100.0
+        };
+        let cap = Overload::start(pid, 0, Duration::from_secs(30)).unwrap();
+        let capped = stopped_share();
+        let lifted = cap.lift();
+        let after = stopped_share();
+        let _ = leader.kill();
+        let _ = leader.wait();
+        assert!(lifted <= SystemTime::now());
+        assert!(capped > 0.5, "stopped {:.0} % of the time under the cap", capped * 100.0);
+        assert_eq!(after, 0.0, "stopped {:.0} % of the time once lifted", after * 100.0);
     }
 }

@@ -96,6 +96,7 @@ rendezvous_client::sql_statements! {
                 has_table_privilege('rendezvous.status_hosts', 'SELECT') AS observer,
                 has_function_privilege('rendezvous.purge_runs(interval)', 'EXECUTE') AS admin,
                 (SELECT o.rolsuper OR pg_has_role(o.oid, 'pg_read_all_stats', 'USAGE')
+                        OR pg_has_role(o.oid, session_user, 'USAGE')
                    FROM pg_roles o JOIN pg_proc p ON p.proowner = o.oid
                   WHERE p.oid = 'rendezvous._holder_gone(integer, timestamp with time zone)'::regprocedure) AS sees_sessions"
         () -> ("host": BOOL, "observer": BOOL, "admin": BOOL, "sees_sessions": BOOL);
@@ -272,11 +273,15 @@ rendezvous_client::sql_statements! {
         (TEXT) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8);
     /// `rendezvous fleet --overload` (fleet/report.rs): seconds from the cap's lift ($2) to the
     /// last completion of what was due (firings) or admitted (runs) by then.
-    FLEET_OVERLOAD_DRAINED = "SELECT extract(epoch FROM greatest(
+    FLEET_OVERLOAD_DRAINED = "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM rendezvous.status_firings f
+                                         WHERE f.task_id LIKE $1 || '-task-%' AND f.fire_at <= $2 AND f.completed_at IS NULL)
+                     AND NOT EXISTS (SELECT 1 FROM rendezvous.status_runs r
+                                      WHERE r.tenant_id = $1 AND r.created_at <= $2 AND r.state <> 'succeeded')
+                THEN extract(epoch FROM greatest(
                     (SELECT max(f.completed_at) FROM rendezvous.status_firings f
                       WHERE f.task_id LIKE $1 || '-task-%' AND f.fire_at <= $2),
                     (SELECT max(r.updated_at) FROM rendezvous.status_runs r
-                      WHERE r.tenant_id = $1 AND r.created_at <= $2 AND r.state = 'succeeded')) - $2)::float8 AS drained"
+                      WHERE r.tenant_id = $1 AND r.created_at <= $2 AND r.state = 'succeeded')) - $2)::float8 END AS drained"
         (TEXT, TIMESTAMPTZ) -> ("drained": FLOAT8);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_LATENESS = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)

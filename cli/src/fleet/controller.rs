@@ -64,7 +64,10 @@ fn each_host(url: &str) -> Vec<(String, String)> {
         Some((user, hosts)) => (format!("{user}@"), hosts),
         None => (String::new(), authority),
     };
-    if !hosts.contains(',') {
+    // Hosts or ports in the query string (`?host=a,b`, `port=…`) are not split: the URL is
+    // read as it is.
+    let query = tail.split_once('?').map_or("", |(_, q)| q);
+    if !hosts.contains(',') || query.split('&').any(|kv| kv.starts_with("host=") || kv.starts_with("port=")) {
         return Vec::new();
     }
     hosts.split(',').map(|h| (h.to_owned(), format!("{scheme}://{user}{h}{tail}"))).collect()
@@ -76,23 +79,40 @@ fn each_host(url: &str) -> Vec<(String, String)> {
 /// and a report read on the old primary counts as lost what the new one kept: #43). Returns
 /// its URL and what to call it; the URL itself when it names one host, or no node answers.
 pub(super) async fn report_node(url: &str) -> (String, String) {
-    let mut best: Option<(i32, String, String)> = None;
+    let mut writable: Vec<(i32, String, String)> = Vec::new();
+    let mut silent = Vec::new();
     for (host, single) in each_host(url) {
-        let Ok(client) = connect_controller(&single).await else { continue };
-        let answer =
-            tokio::time::timeout(CALL_TIMEOUT, client.query_one(crate::sql::FLEET_NODE_TIMELINE, &[])).await;
-        if let Ok(Ok(row)) = answer {
-            if let (true, Some(timeline)) = (row.get::<_, bool>(0), row.get::<_, Option<i32>>(1)) {
-                if best.as_ref().is_none_or(|(t, _, _)| timeline > *t) {
-                    best = Some((timeline, host, single));
-                }
-            }
+        let answer = async {
+            let client = connect_controller(&single).await?;
+            let row =
+                tokio::time::timeout(CALL_TIMEOUT, client.query_one(crate::sql::FLEET_NODE_TIMELINE, &[]))
+                    .await
+                    .map_err(|_| "no answer".to_owned())?
+                    .map_err(|e| e.to_string())?;
+            Ok::<_, String>((row.get::<_, bool>(0), row.get::<_, Option<i32>>(1)))
+        };
+        match answer.await {
+            Ok((true, Some(timeline))) => writable.push((timeline, host, single)),
+            Ok(_) => {} // a standby
+            Err(_) => silent.push(host),
         }
     }
-    match best {
-        Some((timeline, host, single)) => (single, format!("{host} (read-write, timeline {timeline})")),
-        None => (url.to_owned(), "whichever node the URL reached".to_owned()),
+    writable.sort_by_key(|(timeline, _, _)| std::cmp::Reverse(*timeline));
+    let Some((timeline, host, single)) = writable.first().cloned() else {
+        return (url.to_owned(), "whichever node the URL reached".to_owned());
+    };
+    let mut node = format!("{host} (read-write, timeline {timeline})");
+    let twins: Vec<&str> = writable[1..].iter().filter(|w| w.0 == timeline).map(|w| w.1.as_str()).collect();
+    if !twins.is_empty() {
+        node.push_str(&format!(
+            "; also read-write on timeline {timeline}: {} (two primaries)",
+            twins.join(", ")
+        ));
     }
+    if !silent.is_empty() {
+        node.push_str(&format!("; no answer from {}", silent.join(", ")));
+    }
+    (single, node)
 }
 
 /// Milliseconds since the Unix epoch.
@@ -126,6 +146,8 @@ mod tests {
         );
         assert!(each_host("postgresql://u:p@db:5432/x").is_empty());
         assert!(each_host("host=a,b dbname=x").is_empty());
+        assert!(each_host("postgresql://u@/db?host=a,b").is_empty());
+        assert!(each_host("postgresql://u@a,b/db?port=1,2").is_empty());
         assert_eq!(each_host("postgres://a,b").len(), 2);
     }
 }

@@ -60,7 +60,7 @@ pub struct FleetOptions {
     /// (half the run if that is shorter), with 4 CPU hogs beside the hosts, which run with the
     /// client's default options. The report adds how long the backlog took to drain once the
     /// cap was lifted and the connections the hosts opened meanwhile (a throwaway database only)
-    #[arg(long, conflicts_with_all = ["url", "ha"])]
+    #[arg(long, conflicts_with_all = ["url", "ha", "chaos"])]
     pub overload: bool,
 }
 

@@ -28,8 +28,13 @@ pub struct OverloadOutcome {
     /// Per host piece (its `application_name`, which names the host): sessions opened and
     /// sessions ended while the database was capped.
     pub pieces: BTreeMap<String, Sessions>,
-    /// Every connection the server received meanwhile, the controller's included.
+    /// Every connection the server received meanwhile (the controller's included), and those
+    /// of them it authorized: the rest were given up before they were (a reconnect storm on a
+    /// stopped server would show there).
     pub received: u32,
+    pub authorized: u32,
+    /// How many hosts ran.
+    pub hosts: u32,
     /// From the lift to the last completion of what was due (or admitted) by then.
     pub drained: Option<Duration>,
 }
@@ -56,24 +61,30 @@ fn is_pool(name: &str) -> bool {
 
 impl OverloadOutcome {
     /// Bent, not broken: no host exited; no piece ended more than [`SESSIONS_BOUND`] sessions
-    /// or opened more (a job pool's growth up to its size aside); the backlog was done within
-    /// 30 s of the lift.
+    /// or opened more (a job pool's growth up to its size aside); no more connections given up
+    /// before authorization than [`SESSIONS_BOUND`] a host; the backlog all done within 30 s of
+    /// the lift.
     pub fn held(&self) -> bool {
         self.host_exits == 0
             && self.pieces.iter().all(|(name, s)| {
                 s.ended <= SESSIONS_BOUND
                     && (s.opened <= SESSIONS_BOUND || (is_pool(name) && s.opened <= s.ended + POOL_SIZE))
             })
+            && self.received.saturating_sub(self.authorized) <= SESSIONS_BOUND * self.hosts
             && self.drained.is_some_and(|d| d <= Duration::from_secs(30))
     }
 }
 
-/// The act's course: not yet, capped (since when), lifted (when).
+/// The act's course: not yet, capped, lifted (when the server was continued).
 enum Course {
     Waiting,
-    Capped { cap: Overload, since: SystemTime },
+    Capped { cap: Overload },
     Lifted { lifted: SystemTime },
 }
+
+/// How long after the lift sessions still count: a disconnection the cap held up is logged
+/// once the server runs again.
+const SETTLE: Duration = Duration::from_secs(5);
 
 pub(super) struct OverloadAct {
     pid: u32,
@@ -106,36 +117,43 @@ impl OverloadAct {
         }
     }
 
-    /// Caps the database when it is time, and lifts the cap when it has lasted.
+    /// Caps the database when it is time (the cap lifts itself when its time is up, however
+    /// long a step of the controller waits on the slow server), notes the lift, and, a moment
+    /// after it, where the sessions that count end in the log.
     pub(super) fn step(&mut self, report: &mut Report) -> Result<(), String> {
         let now = SystemTime::now();
         match &self.course {
             Course::Waiting if now >= self.at => {
-                self.log_from = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+                self.log_from = self.log_length();
                 self.exits_before = report.chaos.get(HOST_EXIT).copied().unwrap_or(0);
-                let cap = Overload::start(self.pid, OVERLOAD_HOGS)?;
+                let cap = Overload::start(self.pid, OVERLOAD_HOGS, self.capped_for)?;
                 println!(
                     "  overload: the database's CPU capped at a tenth of a core for {} s, {OVERLOAD_HOGS} CPU hogs beside the hosts",
                     self.capped_for.as_secs()
                 );
                 report.record_act("database CPU capped", "CPU capped", crate::timeline::DATABASE);
-                self.course = Course::Capped { cap, since: now };
+                self.course = Course::Capped { cap };
             }
-            Course::Capped { since, .. } if now >= *since + self.capped_for => self.lift(report),
+            Course::Capped { cap } if cap.is_over() => self.lift(report),
+            Course::Lifted { lifted } if self.log_to == 0 && now >= *lifted + SETTLE => {
+                self.log_to = self.log_length();
+            }
             _ => {}
         }
         Ok(())
+    }
+
+    fn log_length(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
     }
 
     fn lift(&mut self, report: &mut Report) {
         if !matches!(self.course, Course::Capped { .. }) {
             return;
         }
-        if let Course::Capped { cap, .. } =
-            std::mem::replace(&mut self.course, Course::Lifted { lifted: SystemTime::now() })
-        {
-            cap.lift();
-            self.log_to = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        if let Course::Capped { cap } = std::mem::replace(&mut self.course, Course::Waiting) {
+            let lifted = cap.lift();
+            self.course = Course::Lifted { lifted };
             println!("  overload: cap lifted, hogs stopped");
             report.record_act("cap lifted", "cap lifted", crate::timeline::DATABASE);
         }
@@ -147,13 +165,16 @@ impl OverloadAct {
         let Course::Lifted { lifted, .. } = self.course else {
             return Err("the run ended before the database was overloaded".into());
         };
-        let (pieces, received) = sessions(&self.log, self.log_from, self.log_to, hosts)?;
+        let log_to = if self.log_to == 0 { self.log_length() } else { self.log_to };
+        let (pieces, received, authorized) = sessions(&self.log, self.log_from, log_to, hosts)?;
         Ok(OverloadOutcome {
             capped_for: self.capped_for,
             lifted_at: lifted,
             host_exits: report.chaos.get(HOST_EXIT).copied().unwrap_or(0) - self.exits_before,
             pieces,
             received,
+            authorized,
+            hosts: hosts.len() as u32,
             drained: None,
         })
     }
@@ -161,13 +182,13 @@ impl OverloadAct {
 
 /// From the server's log between bytes `from` and `to` (its `log_line_prefix` ends with
 /// `%a: `): per `application_name` that names one of `hosts`, the sessions authorized and
-/// ended; and every connection received.
+/// ended; every connection received, and every one authorized.
 fn sessions(
     log: &PathBuf,
     from: u64,
     to: u64,
     hosts: &[Host],
-) -> Result<(BTreeMap<String, Sessions>, u32), String> {
+) -> Result<(BTreeMap<String, Sessions>, u32, u32), String> {
     let mut file = std::fs::File::open(log).map_err(|e| format!("{}: {e}", log.display()))?;
     file.seek(SeekFrom::Start(from)).map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();
@@ -176,7 +197,7 @@ fn sessions(
     let ids: Vec<&str> = hosts.iter().map(|h| h.plan.host_id.as_str()).collect();
     let names_a_host = |name: &str| name.split(' ').any(|word| ids.contains(&word));
     let mut pieces: BTreeMap<String, Sessions> = BTreeMap::new();
-    let mut received = 0;
+    let (mut received, mut authorized) = (0, 0);
     for line in text.lines() {
         // "<time> [<pid>] <application_name>: LOG:  <message>"
         let Some((prefix, message)) = line.split_once(": LOG:  ") else { continue };
@@ -184,6 +205,7 @@ fn sessions(
         if message.starts_with("connection received:") {
             received += 1;
         } else if let Some(rest) = message.strip_prefix("connection authorized:") {
+            authorized += 1;
             // The prefix's %a is not set yet here: the message names it.
             let name = rest.split_once(" application_name=").map_or("", |(_, n)| n.trim());
             if names_a_host(name) {
@@ -193,5 +215,5 @@ fn sessions(
             pieces.entry(name.to_owned()).or_default().ended += 1;
         }
     }
-    Ok((pieces, received))
+    Ok((pieces, received, authorized))
 }

@@ -448,9 +448,10 @@ fn print_faults(r: &Report) {
         let opened: u32 = o.pieces.values().map(|s| s.opened).sum();
         let ended: u32 = o.pieces.values().map(|s| s.ended).sum();
         println!(
-            "  host sessions          {opened} opened, {ended} ended while capped ({} received in all; bound {} a piece, a job pool's growth aside)",
+            "  host sessions          {opened} opened, {ended} ended while capped (bound {} a piece, a job pool's growth aside); connections received {}, given up before authorization {}",
+            super::overload::SESSIONS_BOUND,
             o.received,
-            super::overload::SESSIONS_BOUND
+            o.received.saturating_sub(o.authorized)
         );
         for (name, s) in &o.pieces {
             println!("    {name:<40} opened {}, ended {}", s.opened, s.ended);
