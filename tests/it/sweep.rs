@@ -42,6 +42,7 @@ fn values(sql_type: &str) -> &'static [&'static str] {
         "bigint" => &["1", "NULL", "0", "-1", "9223372036854775807", "-9223372036854775808"],
         "bigint[]" => &["ARRAY[1, 1]::bigint[]", "NULL", "'{}'::bigint[]", "ARRAY[NULL]::bigint[]"],
         "boolean" => &["false", "NULL"],
+        "oid" => &["10", "NULL", "0", "4294967295"],
         "integer[]" => &[
             "ARRAY[1, 2]::integer[]",
             "NULL",
