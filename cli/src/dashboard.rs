@@ -225,6 +225,9 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     if let Some(w) = r["warning"].as_str() {
         let _ = write!(o, " · <span class=\"warn\">{}</span>", esc(w));
     }
+    if v["dead_holders_seen_at_once"].as_bool() == Some(false) {
+        let _ = write!(o, " · <span class=\"warn\">{}</span>", esc(crate::status::TAKEOVER_AT_LEASE));
+    }
     o.push_str("</p><div class=\"grid\"><div>");
 
     o.push_str("<h2>Hosts</h2><table id=\"hosts\"><tr><th>host</th><th>state</th><th>weight</th><th>last heartbeat</th><th>share of keys</th></tr>");

@@ -100,6 +100,13 @@ rendezvous_client::sql_statements! {
                    FROM pg_roles o JOIN pg_proc p ON p.proowner = o.oid
                   WHERE p.oid = 'rendezvous._holder_gone(integer, timestamp with time zone)'::regprocedure) AS sees_sessions"
         () -> ("host": BOOL, "observer": BOOL, "admin": BOOL, "sees_sessions": BOOL);
+    /// `rendezvous status` (status.rs): whether the extension's owner reads every role's
+    /// sessions (a superuser, or a member of pg_read_all_stats), which a dead holder's work
+    /// needs to move at once rather than at its lease (the portable edition's owner may not).
+    STATUS_TAKEOVER = "SELECT (SELECT o.rolsuper OR pg_has_role(o.oid, 'pg_read_all_stats', 'USAGE')
+                   FROM pg_roles o JOIN pg_proc p ON p.proowner = o.oid
+                  WHERE p.oid = 'rendezvous._holder_gone(integer, timestamp with time zone)'::regprocedure) AS sees_sessions"
+        () -> ("sees_sessions": BOOL);
     /// `rendezvous fleet` (host.rs).
     FLEET_START = "INSERT INTO fleet_starts (tag, firing_key, token, host_id, fire_at) VALUES ($1, $2, $3, $4, $5)"
         (TEXT, TEXT, INT8, TEXT, TIMESTAMPTZ) -> ();
@@ -185,7 +192,7 @@ rendezvous_client::sql_statements! {
         (INT8_ARRAY, INT4_ARRAY) -> ("run_id": INT8);
     /// `rendezvous fleet` (fleet/controller.rs): whether a node takes writes, and on which
     /// WAL timeline (the one it writes, from the current WAL file's name; NULL on a standby).
-    FLEET_NODE_TIMELINE = "SELECT NOT pg_is_in_recovery() AS writable,
+    FLEET_NODE_TIMELINE = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable,
                 CASE WHEN NOT pg_is_in_recovery()
                      THEN ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline"
         () -> ("writable": BOOL, "timeline": INT4);

@@ -97,7 +97,10 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
     .iter()
     .map(|r| json!({"workflow": r.get::<_, String>(0), "pending": r.get::<_, i64>(1), "runnable": r.get::<_, i64>(2), "running": r.get::<_, i64>(3), "oldest_runnable_seconds": r.get::<_, Option<f64>>(4)}))
     .collect();
+    let sees_sessions: Option<bool> =
+        rows(client, sql::STATUS_TAKEOVER).await?.first().and_then(|r| r.get(0));
     Ok(json!({
+        "dead_holders_seen_at_once": sees_sessions,
         "hosts": hosts,
         "hosts_total": hosts_total,
         "hosts_live": hosts_live,
@@ -114,6 +117,10 @@ pub async fn collect(client: &Client) -> Result<Value, String> {
         "recent_runs": runs,
     }))
 }
+
+/// What a database whose extension owner cannot read other roles' sessions does (the portable
+/// edition installed without pg_read_all_stats), and the fix.
+pub const TAKEOVER_AT_LEASE: &str = "a dead holder's work waits for its lease instead of moving at once: the extension's owner cannot read other roles' sessions (GRANT pg_read_all_stats TO the owner: docs/operations.md, The portable edition)";
 
 /// The status in Prometheus text exposition format: one gauge family per fact, labelled by
 /// host or group. (Counts of kept rows are gauges: purges lower them.)
@@ -350,6 +357,9 @@ fn render(v: &Value) -> String {
     if let Some(w) = r["warning"].as_str() {
         let _ = writeln!(out, "  WARNING: {w}");
     }
+    if v["dead_holders_seen_at_once"].as_bool() == Some(false) {
+        let _ = writeln!(out, "takeover: {TAKEOVER_AT_LEASE}");
+    }
     let _ = writeln!(out, "tasks");
     for t in v["tasks"].as_array().into_iter().flatten() {
         let next = next_fire(t);
@@ -457,6 +467,26 @@ mod tests {
         assert!(!text.chars().any(|c| hidden(c) && c != '\n'), "{text:?}");
         assert!(text.contains("evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J"), "{text}");
         assert!(text.starts_with("hosts\n"));
+    }
+
+    /// A database whose extension owner cannot read other roles' sessions says so, with the
+    /// fix (#41): a dead holder's work there waits for its lease.
+    #[test]
+    fn a_takeover_at_the_lease_is_said() {
+        let base = json!({
+            "hosts": [], "leaders": [], "replication": {}, "tasks": [], "firings": {}, "run_queue": [], "recent_runs": [],
+        });
+        let mut blind = base.clone();
+        blind["dead_holders_seen_at_once"] = json!(false);
+        assert!(
+            render(&blind).contains("takeover: a dead holder's work waits for its lease"),
+            "{}",
+            render(&blind)
+        );
+        let mut seeing = base.clone();
+        seeing["dead_holders_seen_at_once"] = json!(true);
+        assert!(!render(&seeing).contains("takeover:"));
+        assert!(!render(&base).contains("takeover:"));
     }
 
     /// A newline in a host id or an error cannot forge a line of the report, and a

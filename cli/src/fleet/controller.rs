@@ -70,6 +70,20 @@ fn each_host(url: &str) -> Vec<(String, String)> {
     if !hosts.contains(',') || query.split('&').any(|kv| kv.starts_with("host=") || kv.starts_with("port=")) {
         return Vec::new();
     }
+    // Each node is asked alone whatever it is (a standby, a fenced old primary): the URL's
+    // target_session_attrs would refuse those, so it goes.
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let kept: Vec<&str> =
+                query.split('&').filter(|kv| !kv.starts_with("target_session_attrs=")).collect();
+            if kept.is_empty() {
+                path.to_owned()
+            } else {
+                format!("{path}?{}", kept.join("&"))
+            }
+        }
+        None => tail.to_owned(),
+    };
     hosts.split(',').map(|h| (h.to_owned(), format!("{scheme}://{user}{h}{tail}"))).collect()
 }
 
@@ -132,16 +146,8 @@ mod tests {
         assert_eq!(
             hosts,
             vec![
-                (
-                    "127.0.0.1:5433".to_owned(),
-                    "postgresql://postgres@127.0.0.1:5433/postgres?target_session_attrs=read-write"
-                        .to_owned()
-                ),
-                (
-                    "127.0.0.1:5434".to_owned(),
-                    "postgresql://postgres@127.0.0.1:5434/postgres?target_session_attrs=read-write"
-                        .to_owned()
-                ),
+                ("127.0.0.1:5433".to_owned(), "postgresql://postgres@127.0.0.1:5433/postgres".to_owned()),
+                ("127.0.0.1:5434".to_owned(), "postgresql://postgres@127.0.0.1:5434/postgres".to_owned()),
             ]
         );
         assert!(each_host("postgresql://u:p@db:5432/x").is_empty());
@@ -149,5 +155,13 @@ mod tests {
         assert!(each_host("postgresql://u@/db?host=a,b").is_empty());
         assert!(each_host("postgresql://u@a,b/db?port=1,2").is_empty());
         assert_eq!(each_host("postgres://a,b").len(), 2);
+        assert_eq!(
+            each_host("postgres://a,b/d?connect_timeout=2&target_session_attrs=read-write")[1].1,
+            "postgres://b/d?connect_timeout=2"
+        );
+        assert_eq!(
+            each_host("postgres://a,b/d?connect_timeout=2&target_session_attrs=read-write")[1].1,
+            "postgres://b/d?connect_timeout=2"
+        );
     }
 }
