@@ -5,8 +5,9 @@ LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$ BEGIN RETURN (SELECT a.backend_start FROM pg_stat_get_activity(pg_backend_pid()) a); END $$;
 
--- The portable edition's holder.rs: the role this session logged in as.
+-- The portable edition's holder.rs: the role this session logged in as (its name quoted, so a
+-- mixed-case name reads as itself). Inlined where it is called: no SET clause, every name
+-- qualified.
 CREATE FUNCTION rendezvous._session_role() RETURNS oid
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user $$;
+AS $$ SELECT pg_catalog.quote_ident(session_user)::pg_catalog.regrole::pg_catalog.oid $$;

@@ -28,11 +28,13 @@ COMMENT ON FUNCTION rendezvous._holder_gone(integer, timestamptz) IS
 -- that made the claim (session_user, _session_role()). A token fences; this is what keeps a
 -- host of another role from completing, failing, renewing, releasing or fencing with a claim
 -- whose token it knows or guesses. NULL: a claim made before 0.4.0, bound to no role.
+-- Inlined into the statements that call it (no SET clause, every name qualified): it costs
+-- what the comparison costs, not a function call with a search_path to save and restore.
 CREATE FUNCTION rendezvous._is_holder_role(holder_role oid) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT _is_holder_role.holder_role IS NULL OR _is_holder_role.holder_role = rendezvous._session_role()
+    SELECT _is_holder_role.holder_role IS NULL
+        OR _is_holder_role.holder_role OPERATOR(pg_catalog.=) rendezvous._session_role()
 $$;
 COMMENT ON FUNCTION rendezvous._is_holder_role(oid) IS
     'Whether this session''s login role is the one a claim is bound to (NULL: a claim from before 0.4.0): only it acts on the claim.';
