@@ -23,22 +23,32 @@ fn run_on_a_cluster(script: &str) -> String {
     stdout
 }
 
-#[test]
-fn a_short_fleet_under_chaos_passes() {
+/// Runs `rendezvous fleet` with `args`; its report, once it passed: every firing due completed,
+/// none run twice, none lost, none failed for good.
+fn a_passing_fleet(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
-        .args(["fleet", "--hosts", "4", "--duration", "15", "--tasks", "8", "--chaos", "--seed", "3"])
+        .arg("fleet")
+        .args(args)
         .output()
         .expect("run rendezvous fleet");
-    let report = String::from_utf8_lossy(&out.stdout);
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "fleet failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(report.contains("verdict                  PASS"), "{report}");
     let due = figure(&report, "firings due");
-    assert!(due >= 100, "{report}");
-    assert_eq!(figure(&report, "firings completed"), due);
-    assert_eq!(figure(&report, "executed twice"), 0);
-    assert_eq!(figure(&report, "lost"), 0);
-    assert_eq!(figure(&report, "started before due"), 0, "a firing started before it was due: {report}");
+    assert_eq!(figure(&report, "firings completed"), due, "{report}");
+    assert_eq!(figure(&report, "executed twice"), 0, "{report}");
+    assert_eq!(figure(&report, "lost"), 0, "{report}");
     assert_eq!(figure(&report, "failed for good"), 0, "{report}");
+    report
+}
+
+#[test]
+fn a_short_fleet_under_chaos_passes() {
+    let report =
+        a_passing_fleet(&["--hosts", "4", "--duration", "15", "--tasks", "8", "--chaos", "--seed", "3"]);
+    let due = figure(&report, "firings due");
+    assert!(due >= 100, "{report}");
+    assert_eq!(figure(&report, "started before due"), 0, "a firing started before it was due: {report}");
     assert!(
         figure(&report, "retried after a failure") > 0,
         "planned first-attempt failures were retried: {report}"
@@ -59,18 +69,7 @@ fn a_short_fleet_under_chaos_passes() {
 /// nothing is lost or run twice, and what was due by the lift is done within 30 s of it.
 #[test]
 fn an_overloaded_database_slows_the_fleet_and_breaks_nothing() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
-        .args(["fleet", "--hosts", "4", "--duration", "60", "--overload"])
-        .output()
-        .expect("run rendezvous fleet");
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "fleet failed:\n{report}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(report.contains("verdict                  PASS"), "{report}");
-    let due = figure(&report, "firings due");
-    assert_eq!(figure(&report, "firings completed"), due);
-    assert_eq!(figure(&report, "executed twice"), 0);
-    assert_eq!(figure(&report, "lost"), 0);
-    assert_eq!(figure(&report, "failed for good"), 0, "{report}");
+    let report = a_passing_fleet(&["--hosts", "4", "--duration", "60", "--overload"]);
     let overload = report.lines().find(|l| l.starts_with("overload ")).unwrap_or_else(|| panic!("{report}"));
     assert!(overload.contains("for 30 s: host processes exited 0"), "{overload}");
     let sessions =

@@ -406,3 +406,67 @@ async fn a_host_whose_backends_are_all_terminated_reconnects_and_goes_on() {
     let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
     assert_eq!(effects, completed, "an effect without its completion, or the reverse");
 }
+
+/// A slow server is not a gone one (#39): a look that outlasts the call timeout is cancelled
+/// and its connection kept, so a host whose server is busy (here its looks wait on a lock
+/// another session holds) opens no new session, and runs what was spawned meanwhile as soon
+/// as the server answers. 0.3.0 gave the connection up at every timeout and connected again:
+/// on a starved server, a storm of reconnects that each cost it more.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_on_a_slow_server_cancels_its_looks_and_keeps_its_sessions() {
+    let db = TestDb::new("sched_slow_server").await;
+    let executed = Arc::new(AtomicU32::new(0));
+    let counted = executed.clone();
+    let worker = Worker::builder(&db.url, "slow-h")
+        .options(quick().with_call_timeout(Duration::from_secs(1)))
+        .workflow("w", move |_job: Job| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    let client = db.connect().await;
+    let wait_executed = |n: u32| {
+        let executed = executed.clone();
+        async move {
+            let waited = std::time::Instant::now();
+            while executed.load(Ordering::SeqCst) < n {
+                assert!(waited.elapsed() < Duration::from_secs(15), "run {n} was not executed within 15 s");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    rendezvous_client::spawn_run(&client, "t", "w", &serde_json::json!({}), None).await.unwrap();
+    wait_executed(1).await;
+    // The host's own sessions (its job pool grows with its jobs: left out).
+    let sessions = "SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+                     WHERE datname = current_database() AND application_name LIKE 'rendezvous scheduler slow-h%'
+                       AND application_name NOT LIKE '% job'";
+    let before: Vec<i32> = client.query_one(sessions, &[]).await.unwrap().get(0);
+    assert!(!before.is_empty());
+    // Another session holds the hosts table: every look's heartbeat waits on it, alive but slow.
+    let holder = db.connect().await;
+    holder.batch_execute("BEGIN; LOCK TABLE rendezvous.hosts IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    rendezvous_client::spawn_run(&client, "t", "w", &serde_json::json!({}), None).await.unwrap();
+    let timeouts = worker.stats().timeouts;
+    let waited = std::time::Instant::now();
+    while worker.stats().timeouts < timeouts + 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "no look waited past its bound: {:?}",
+            worker.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    wait_executed(2).await;
+    let after: Vec<i32> = client.query_one(sessions, &[]).await.unwrap().get(0);
+    let stats = worker.stats();
+    assert_eq!(after, before, "the host's sessions changed on a slow server: {stats:?}");
+    assert_eq!(stats.reconnects, 0, "{stats:?}");
+    worker.shutdown(Duration::from_secs(2)).await.unwrap();
+}
