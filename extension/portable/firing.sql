@@ -59,8 +59,7 @@ BEGIN
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f
          WHERE f.firing_key = key
-           AND (f.completed_at IS NOT NULL
-                OR (f.lease_until > now_ AND NOT (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))));
+           AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_);
         IF FOUND THEN
             RETURN result;
         END IF;
@@ -74,9 +73,8 @@ BEGIN
                attempts = f.attempts + 1,
                holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
                holder_role = excluded.holder_role
-         WHERE f.completed_at IS NULL
-           AND (f.lease_until <= excluded.claimed_at
-                OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
+         WHERE rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started,
+                                            excluded.claimed_at)
         RETURNING true, f.holder, f.token, false, f.lease_until INTO result;
         IF FOUND THEN
             PERFORM rendezvous._durable_commit();
@@ -108,8 +106,8 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET completed_at = coalesce(f.completed_at, clock_timestamp())
-     WHERE f.firing_key = key AND f.token = complete_firing.token
-       AND f.holder IS NOT NULL AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role);
+     WHERE f.firing_key = key
+       AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, complete_firing.token);
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();
         RETURN true;

@@ -59,9 +59,8 @@ thread_local! {
                 attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
                 holder_pid = excluded.holder_pid, holder_started = excluded.holder_started, \
                 holder_role = excluded.holder_role \
-          WHERE f.completed_at IS NULL \
-            AND (f.lease_until OPERATOR(pg_catalog.<=) excluded.claimed_at \
-                 OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))) \
+          WHERE rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, \
+                                             f.holder_started, excluded.claimed_at) \
          RETURNING f.token, f.lease_until",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
           pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
@@ -73,9 +72,8 @@ thread_local! {
     static LIVE: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until FROM rendezvous.firings f \
           WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
-            AND (f.completed_at IS NOT NULL \
-                 OR (f.lease_until OPERATOR(pg_catalog.>) $2 \
-                     AND NOT (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started))))",
+            AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, \
+                                                 f.holder_started, $2)",
         &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
     ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
@@ -87,8 +85,8 @@ thread_local! {
     /// A completion by the current claim's token and role (repeating it is harmless).
     static COMPLETE: KeptPlan = const { KeptPlan::new(
         "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
-          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.token OPERATOR(pg_catalog.=) $2 \
-            AND f.holder IS NOT NULL AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role)",
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
+            AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, $2)",
         &[pg_sys::TEXTOID, pg_sys::INT8OID],
     ) };
 }

@@ -65,6 +65,40 @@ CREATE FUNCTION rendezvous.firing_key(task_id text, fire_at timestamptz) RETURNS
 LANGUAGE c IMMUTABLE PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'rendezvous_firing_key';
 
+-- The two rules every firing claim and completion applies, each written once (#40): the
+-- native kept plans (firing.rs), their portable twins and the batch calls all call these,
+-- and the planner inlines them into each statement (plain SQL, no SET clause, every name
+-- qualified), so they cost what their comparisons cost.
+-- A claim may take the firing at `at`: it is not completed, and its lease has run out or
+-- its holder's session is gone (holder.sql). Its negation is what answers a loser.
+CREATE FUNCTION rendezvous._firing_claimable(completed_at timestamptz, lease_until timestamptz, holder text,
+                                             holder_pid integer, holder_started timestamptz, at timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT _firing_claimable.completed_at IS NULL
+       AND (_firing_claimable.lease_until OPERATOR(pg_catalog.<=) _firing_claimable.at
+            OR (_firing_claimable.holder IS NOT NULL
+                AND rendezvous._holder_gone(_firing_claimable.holder_pid, _firing_claimable.holder_started)))
+$$;
+COMMENT ON FUNCTION rendezvous._firing_claimable(timestamptz, timestamptz, text, integer, timestamptz, timestamptz) IS
+    'Whether a claim may take a firing at the given instant: not completed, and its lease over or its holder''s session gone.';
+
+-- A completion with `given` completes the firing: `given` is the current claim's token, the
+-- claim was not failed, and this session's login role made it (holder.sql). Renewals and
+-- releases act on the same claims, while not completed.
+CREATE FUNCTION rendezvous._firing_completable(token bigint, holder text, failed_at timestamptz, holder_role oid,
+                                               given bigint)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT _firing_completable.token OPERATOR(pg_catalog.=) _firing_completable.given
+       AND _firing_completable.holder IS NOT NULL AND _firing_completable.failed_at IS NULL
+       AND rendezvous._is_holder_role(_firing_completable.holder_role)
+$$;
+COMMENT ON FUNCTION rendezvous._firing_completable(bigint, text, timestamptz, oid, bigint) IS
+    'Whether a completion with the given token completes a firing: the current claim''s token, not failed, claimed by this login role.';
+
 -- What claim_firing returns: one value, not a set (`SELECT rendezvous.claim_firing(…)` is one
 -- call; `SELECT * FROM` it gives the same five columns).
 CREATE TYPE rendezvous.firing_claim AS (claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz);
@@ -146,8 +180,7 @@ BEGIN
         SELECT f.firing_key
           FROM rendezvous.firings f
          WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
-           AND f.completed_at IS NULL
-           AND (f.lease_until <= now_ OR (f.holder IS NOT NULL AND rendezvous._holder_gone(f.holder_pid, f.holder_started)))
+           AND rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_)
          ORDER BY f.firing_key
            FOR UPDATE SKIP LOCKED
     ), updated AS (
@@ -225,8 +258,8 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked) AND f.token = x.tok
-               AND f.holder IS NOT NULL AND f.failed_at IS NULL
+             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked)
+               AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, x.tok)
             RETURNING f.firing_key
         )
         SELECT u.ord::integer, rendezvous.firing_key(u.t, u.f) IN (SELECT d.firing_key FROM done d)
@@ -264,8 +297,8 @@ BEGIN
     UPDATE rendezvous.firings f
        SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease,
            holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
-     WHERE f.firing_key = fk AND f.token = renew_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
-       AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role)
+     WHERE f.firing_key = fk AND f.completed_at IS NULL
+       AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, renew_firing.token)
     RETURNING f.lease_until INTO until;
     RETURN until;
 END
@@ -285,8 +318,8 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
-     WHERE f.firing_key = fk AND f.token = release_firing.token AND f.holder IS NOT NULL AND f.completed_at IS NULL
-       AND f.failed_at IS NULL AND rendezvous._is_holder_role(f.holder_role);
+     WHERE f.firing_key = fk AND f.completed_at IS NULL
+       AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, release_firing.token);
     RETURN FOUND;
 END
 $$;
