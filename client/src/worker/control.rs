@@ -136,47 +136,7 @@ pub(super) async fn run(
         match looked {
             Ok(wait) => {
                 backoff = Duration::from_millis(100);
-                let Control { wakeups, key, heard, .. } = &mut control_now;
-                let mut next_look = ticked + wait;
-                loop {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(next_look.into()) => break,
-                        Some(n) = wakeups.recv() => {
-                            // Runs became runnable, or another host made a burst of firings:
-                            // look now, once for all announced meanwhile. A cancelled run
-                            // running here: its job is told at once. Anyone's NOTIFY, or a
-                            // replay: nothing.
-                            let mut look = heed(&shared, key, heard, &n);
-                            while let Ok(n) = wakeups.try_recv() {
-                                look |= heed(&shared, key, heard, &n);
-                            }
-                            if look {
-                                break;
-                            }
-                            continue;
-                        }
-                        _ = shared.finished.notified() => {
-                            // Work queued here takes a freed slot with no look at the database.
-                            if !shared.queued.lock().expect("queue lock").is_empty() {
-                                if let Err(e) = start_queued(&shared, &mut jobs) {
-                                    tracing::warn!(error = %e, "could not start queued work");
-                                }
-                                continue;
-                            }
-                            // With work waiting, a freed slot is claimed at once. Otherwise
-                            // jobs finishing one by one must not make a look each (each costs
-                            // the database a query): the next look gathers what finished
-                            // meanwhile, and an announced run still wakes the host at once.
-                            if shared.runs_waiting.load(Ordering::Relaxed)
-                                || shared.firings_waiting.load(Ordering::Relaxed)
-                            {
-                                break;
-                            }
-                            next_look = next_look.min(ticked + GATHER);
-                        }
-                        _ = stop.changed() => break,
-                    }
-                }
+                between_looks(&shared, &mut control_now, &mut jobs, ticked, wait, &mut stop).await;
                 control = Some(control_now);
             }
             Err(e) => {
@@ -195,6 +155,60 @@ pub(super) async fn run(
     }
     jobs.retain(|j| !j.is_finished());
     jobs
+}
+
+/// Waits for the next look, `wait` after the last one began (`ticked`), or sooner when runs
+/// became runnable or another host made a burst of firings (announced), or when a freed slot
+/// can take work waiting.
+async fn between_looks(
+    shared: &Arc<Shared>,
+    control: &mut Control,
+    jobs: &mut Vec<JoinHandle<()>>,
+    ticked: Instant,
+    wait: Duration,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let mut next_look = ticked + wait;
+    let Control { wakeups, key, heard, .. } = control;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(next_look.into()) => break,
+            Some(n) = wakeups.recv() => {
+                // Runs became runnable, or another host made a burst of firings:
+                // look now, once for all announced meanwhile. A cancelled run
+                // running here: its job is told at once. Anyone's NOTIFY, or a
+                // replay: nothing.
+                let mut look = heed(shared, key, heard, &n);
+                while let Ok(n) = wakeups.try_recv() {
+                    look |= heed(shared, key, heard, &n);
+                }
+                if look {
+                    break;
+                }
+                continue;
+            }
+            _ = shared.finished.notified() => {
+                // Work queued here takes a freed slot with no look at the database.
+                if !shared.queued.lock().expect("queue lock").is_empty() {
+                    if let Err(e) = start_queued(shared, jobs) {
+                        tracing::warn!(error = %e, "could not start queued work");
+                    }
+                    continue;
+                }
+                // With work waiting, a freed slot is claimed at once. Otherwise
+                // jobs finishing one by one must not make a look each (each costs
+                // the database a query): the next look gathers what finished
+                // meanwhile, and an announced run still wakes the host at once.
+                if shared.runs_waiting.load(Ordering::Relaxed)
+                    || shared.firings_waiting.load(Ordering::Relaxed)
+                {
+                    break;
+                }
+                next_look = next_look.min(ticked + GATHER);
+            }
+            _ = stop.changed() => break,
+        }
+    }
 }
 
 /// `look`, counting in `timeouts` when it has no answer within `limit` (it goes on: see

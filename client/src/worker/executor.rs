@@ -11,7 +11,6 @@ use tokio_postgres::error::SqlState;
 use super::job::{Job, Work};
 use super::stats::Counters;
 use super::steps::until_cancelled;
-#[cfg(test)]
 use super::BoxError;
 use super::Shared;
 use crate::firing::{self, fail_firing, FailOutcome};
@@ -106,6 +105,19 @@ enum Ending<R> {
     CutOff,
 }
 
+/// What a handler returned, or its panic.
+type Outcome = std::thread::Result<std::result::Result<(), BoxError>>;
+
+/// What the executor watches of a running job: whether its handler completed or parked the
+/// work itself, whether the run was cancelled, and the statement it runs (cancelled when the
+/// claim is lost).
+struct Watch {
+    completed: Arc<AtomicBool>,
+    parked: Arc<AtomicBool>,
+    told: tokio::sync::watch::Receiver<bool>,
+    statement: Arc<std::sync::Mutex<Option<tokio_postgres::CancelToken>>>,
+}
+
 #[tracing::instrument(level = "debug", skip_all, fields(host_id = %shared.host_id, key = %key, token = token))]
 async fn run_job(
     shared: &Arc<Shared>,
@@ -130,8 +142,6 @@ async fn run_job(
         Work::Run(r) => shared.workflows.get(&r.workflow_ref),
     };
     let Some(handler) = handler.cloned() else { return };
-    let completed = Arc::new(AtomicBool::new(false));
-    let parked = Arc::new(AtomicBool::new(false));
     // A run's cancellation switch, thrown by the control loop when rendezvous_cancel names it.
     let (cancel, told) = tokio::sync::watch::channel(false);
     let run_id = match &work {
@@ -141,70 +151,27 @@ async fn run_job(
     if let Some(id) = run_id {
         shared.cancels.lock().expect("cancels lock").insert(id, cancel);
     }
-    let statement = Arc::new(std::sync::Mutex::new(None));
+    let watch = Watch {
+        completed: Arc::new(AtomicBool::new(false)),
+        parked: Arc::new(AtomicBool::new(false)),
+        told,
+        statement: Arc::new(std::sync::Mutex::new(None)),
+    };
     let job = Job {
         work: work.clone(),
-        key: key.clone(),
+        key,
         token,
         attempt,
         host_id: shared.host_id.clone(),
         client: tokio::sync::OnceCell::new(),
-        statement: statement.clone(),
+        statement: watch.statement.clone(),
         shared: shared.clone(),
-        completed: completed.clone(),
-        parked: parked.clone(),
-        cancel: told.clone(),
+        completed: watch.completed.clone(),
+        parked: watch.parked.clone(),
+        cancel: watch.told.clone(),
         replay: tokio::sync::Mutex::new(None),
     };
-    let handled = std::panic::AssertUnwindSafe(handler(job)).catch_unwind();
-    // Cancelled: the handler is told (Job::cancelled) and has cancel_grace to return.
-    let cut_off = async {
-        until_cancelled(told.clone()).await;
-        tokio::time::sleep(shared.options.cancel_grace).await;
-    };
-    // Renewals run beside the handler on the side connection, never in its way. They end when
-    // the claim is lost: another host took the work over. (A renewal also finds no claim once
-    // the handler completed the work itself, parked the run or it was cancelled: those end as
-    // they do, and renewing stops.)
-    let renewals = async {
-        let every = (lease / 3).max(Duration::from_millis(10));
-        loop {
-            tokio::time::sleep(every).await;
-            match renew(shared, &work, token, lease).await {
-                Ok(Some(_)) => {}
-                Ok(None)
-                    if completed.load(Ordering::SeqCst)
-                        || parked.load(Ordering::SeqCst)
-                        || *told.borrow() =>
-                {
-                    std::future::pending::<()>().await
-                }
-                Ok(None) => return,
-                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
-            }
-        }
-    };
-    tokio::pin!(handled, renewals, cut_off);
-    let ended = tokio::select! {
-        // The handler's end first: a renewal that raced its completion finds no claim.
-        biased;
-        r = &mut handled => Ending::Returned(r),
-        _ = &mut renewals => {
-            // The claim is gone: the handler's statement is cancelled (one stuck in a lock or a
-            // synchronous-replication wait would hold the slot for ever) and the handler has
-            // cancel_grace to return; its result counts for nothing, the work is another's.
-            tracing::warn!("lease lost while running: another host took over; the handler's statement is cancelled");
-            let cancel = statement.lock().expect("statement lock").clone();
-            if let Some(cancel) = cancel {
-                if let Err(e) = shared.database.cancel(&cancel).await {
-                    tracing::debug!(error = %e, "could not cancel the handler's statement");
-                }
-            }
-            let _ = tokio::time::timeout(shared.options.cancel_grace, &mut handled).await;
-            Ending::LeaseLost
-        }
-        _ = &mut cut_off => Ending::CutOff,
-    };
+    let ended = supervise(shared, handler(job), &work, token, lease, &watch).await;
     if let Some(id) = run_id {
         shared.cancels.lock().expect("cancels lock").remove(&id);
     }
@@ -222,20 +189,94 @@ async fn run_job(
             return;
         }
     };
-    if *told.borrow() {
+    if *watch.told.borrow() {
         Counters::add(&shared.counters.cancelled);
         tracing::info!("the run was cancelled while its handler ran");
-        free_slot();
-        return;
-    }
-    if parked.load(Ordering::SeqCst) {
+    } else if watch.parked.load(Ordering::SeqCst) {
         // A timer or a wait gave the slot back: the run resumes when it comes, on any host.
         Counters::add(&shared.counters.parked);
-        free_slot();
-        return;
+    } else {
+        record_outcome(shared, &work, token, outcome, watch.completed.load(Ordering::SeqCst), &mut free_slot)
+            .await;
     }
+    free_slot();
+}
+
+/// Runs a job's handler to its end, with its lease renewed beside it: what it returned, or that
+/// its claim was lost (its statement then cancelled), or that it did not return within
+/// `cancel_grace` of its run's cancellation.
+async fn supervise(
+    shared: &Arc<Shared>,
+    handler: impl std::future::Future<Output = std::result::Result<(), BoxError>>,
+    work: &Work,
+    token: i64,
+    lease: Duration,
+    watch: &Watch,
+) -> Ending<Outcome> {
+    let handled = std::panic::AssertUnwindSafe(handler).catch_unwind();
+    // Cancelled: the handler is told (Job::cancelled) and has cancel_grace to return.
+    let cut_off = async {
+        until_cancelled(watch.told.clone()).await;
+        tokio::time::sleep(shared.options.cancel_grace).await;
+    };
+    // Renewals run beside the handler on the side connection, never in its way. They end when
+    // the claim is lost: another host took the work over. (A renewal also finds no claim once
+    // the handler completed the work itself, parked the run or it was cancelled: those end as
+    // they do, and renewing stops.)
+    let renewals = async {
+        let every = (lease / 3).max(Duration::from_millis(10));
+        loop {
+            tokio::time::sleep(every).await;
+            match renew(shared, work, token, lease).await {
+                Ok(Some(_)) => {}
+                Ok(None)
+                    if watch.completed.load(Ordering::SeqCst)
+                        || watch.parked.load(Ordering::SeqCst)
+                        || *watch.told.borrow() =>
+                {
+                    std::future::pending::<()>().await
+                }
+                Ok(None) => return,
+                Err(e) => tracing::warn!(error = %e, "lease renewal failed"),
+            }
+        }
+    };
+    tokio::pin!(handled, renewals, cut_off);
+    tokio::select! {
+        // The handler's end first: a renewal that raced its completion finds no claim.
+        biased;
+        r = &mut handled => Ending::Returned(r),
+        _ = &mut renewals => {
+            // The claim is gone: the handler's statement is cancelled (one stuck in a lock or a
+            // synchronous-replication wait would hold the slot for ever) and the handler has
+            // cancel_grace to return; its result counts for nothing, the work is another's.
+            tracing::warn!("lease lost while running: another host took over; the handler's statement is cancelled");
+            let cancel = watch.statement.lock().expect("statement lock").clone();
+            if let Some(cancel) = cancel {
+                if let Err(e) = shared.database.cancel(&cancel).await {
+                    tracing::debug!(error = %e, "could not cancel the handler's statement");
+                }
+            }
+            let _ = tokio::time::timeout(shared.options.cancel_grace, &mut handled).await;
+            Ending::LeaseLost
+        }
+        _ = &mut cut_off => Ending::CutOff,
+    }
+}
+
+/// Records what a handler that returned did: a success is completed in the next batch (unless
+/// the handler completed the work itself), a failure recorded for a retry, a claim whose
+/// connection failed handed back. The slot is freed as soon as nothing more runs here.
+async fn record_outcome(
+    shared: &Arc<Shared>,
+    work: &Work,
+    token: i64,
+    outcome: Outcome,
+    completed: bool,
+    free_slot: &mut impl FnMut(),
+) {
     match outcome {
-        Ok(Ok(())) if completed.load(Ordering::SeqCst) => done(shared, &work, token),
+        Ok(Ok(())) if completed => done(shared, work, token),
         Ok(Ok(())) => {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let _ = shared.completions.send((work.clone(), token, reply));
@@ -247,7 +288,7 @@ async fn run_job(
             free_slot();
             let result = answer.await.unwrap_or_else(|_| Err("the scheduler stopped".into()));
             match result {
-                Ok(true) => done(shared, &work, token),
+                Ok(true) => done(shared, work, token),
                 Ok(false) => {
                     Counters::add(&shared.counters.stale_completions);
                     tracing::warn!("completion refused: the lease ran out and another host took over");
@@ -262,21 +303,20 @@ async fn run_job(
         // host on the new primary, and no attempt is counted.
         Ok(Err(e)) if connection_failure(&*e) => {
             tracing::warn!(error = %e, "the handler's connection failed; handing the claim back");
-            if let Err(e) = release(shared, &work, token).await {
+            if let Err(e) = release(shared, work, token).await {
                 tracing::warn!(error = %e, "could not hand the claim back; it is taken over when its holder is gone");
             }
         }
-        Ok(Err(e)) => record_failure(shared, &work, token, &e.to_string()).await,
+        Ok(Err(e)) => record_failure(shared, work, token, &e.to_string()).await,
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into());
-            record_failure(shared, &work, token, &format!("handler panicked: {what}")).await;
+            record_failure(shared, work, token, &format!("handler panicked: {what}")).await;
         }
     }
-    free_slot();
 }
 
 /// Whether a handler's error says its database connection failed it (closed, none to be had,
