@@ -60,10 +60,8 @@ pub enum AdminAction {
 pub struct Refused(pub String);
 
 /// Runs one action; `Ok(Err(Refused))` when the target does not exist or nothing applies.
-pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String, Refused>, String> {
-    let e = |e: tokio_postgres::Error| rendezvous_client::Error::from(e).to_string();
-    let missing =
-        |e: &tokio_postgres::Error| e.code() == Some(&tokio_postgres::error::SqlState::NO_DATA_FOUND);
+pub async fn run(client: &Client, action: &AdminAction) -> Answer {
+    let e = db_error;
     Ok(match action {
         AdminAction::Pause { task_id } => match client.execute(sql::PAUSE_TASK, &[task_id]).await {
             Ok(_) => Ok(format!("task {task_id} paused: no new firings until it is resumed")),
@@ -89,67 +87,9 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
                 Err(Refused(format!("there is no task {task_id}")))
             }
         }
-        AdminAction::Release { task_id, fire_at } => {
-            let row = client.query_one(sql::RELEASE_FIRING_CLAIM, &[task_id, fire_at]).await;
-            match row {
-                Ok(row) => {
-                    let (released, holder, token): (bool, Option<String>, i64) =
-                        (row.get(0), row.get(1), row.get(2));
-                    if released {
-                        Ok(format!(
-                            "firing {task_id} at {fire_at} released: {} (token {token}) no longer holds it; the next host takes it over",
-                            holder.unwrap_or_default()
-                        ))
-                    } else {
-                        Err(Refused(format!(
-                            "firing {task_id} at {fire_at} has no live claim to release (done, failed, pending or expired)"
-                        )))
-                    }
-                }
-                Err(err) if missing(&err) => {
-                    Err(Refused(format!("there is no firing {task_id} at {fire_at}")))
-                }
-                Err(err) => return Err(e(err)),
-            }
-        }
-        AdminAction::Purge { older_than } => {
-            // In retention's bounded steps (short transactions, paused between), so a purge of
-            // millions of rows does not hold up the fleet's commits.
-            let mut purged = [0i64; 2];
-            for (total, step) in purged.iter_mut().zip([sql::PURGE_RUNS_STEP, sql::PURGE_FIRINGS_STEP]) {
-                loop {
-                    let n: i64 = client.query_one(step, &[older_than, &PURGE_STEP]).await.map_err(e)?.get(0);
-                    *total += n;
-                    if n < i64::from(PURGE_STEP) {
-                        break;
-                    }
-                    tokio::time::sleep(PURGE_PAUSE).await;
-                }
-            }
-            Ok(format!(
-                "purged {} finished runs and {} finished firings older than {older_than}",
-                purged[0], purged[1]
-            ))
-        }
-        AdminAction::StepDown { group, reason } => {
-            let row = client.query_one(sql::REQUEST_STEP_DOWN, &[group, reason]).await;
-            match row {
-                Ok(row) => {
-                    let (requested, leader, epoch): (bool, Option<String>, i64) =
-                        (row.get(0), row.get(1), row.get(2));
-                    if requested {
-                        Ok(format!(
-                            "asked {} to step down from group {group} (epoch {epoch}): it resigns at its next refresh",
-                            leader.unwrap_or_default()
-                        ))
-                    } else {
-                        Err(Refused(format!("nobody leads group {group} (last epoch {epoch})")))
-                    }
-                }
-                Err(err) if missing(&err) => Err(Refused(format!("there is no leader group {group}"))),
-                Err(err) => return Err(e(err)),
-            }
-        }
+        AdminAction::Release { task_id, fire_at } => release(client, task_id, fire_at).await?,
+        AdminAction::Purge { older_than } => purge(client, older_than).await?,
+        AdminAction::StepDown { group, reason } => step_down(client, group, reason.as_deref()).await?,
         AdminAction::RemoveHost { host_id } => {
             let removed: bool = client.query_one(sql::LEAVE, &[host_id]).await.map_err(e)?.get(0);
             if removed {
@@ -160,6 +100,81 @@ pub async fn run(client: &Client, action: &AdminAction) -> Result<Result<String,
                 Err(Refused(format!("there is no host {host_id}")))
             }
         }
+    })
+}
+
+/// What an admin action answers: done (what it did) or refused (why), or the database's error.
+type Answer = Result<Result<String, Refused>, String>;
+
+fn db_error(e: tokio_postgres::Error) -> String {
+    rendezvous_client::Error::from(e).to_string()
+}
+
+fn missing(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::NO_DATA_FOUND)
+}
+
+/// Ends a firing's live claim, so the next host takes it over.
+async fn release(client: &Client, task_id: &str, fire_at: &str) -> Answer {
+    let row = client.query_one(sql::RELEASE_FIRING_CLAIM, &[&task_id, &fire_at]).await;
+    Ok(match row {
+        Ok(row) => {
+            let (released, holder, token): (bool, Option<String>, i64) = (row.get(0), row.get(1), row.get(2));
+            if released {
+                Ok(format!(
+                    "firing {task_id} at {fire_at} released: {} (token {token}) no longer holds it; the next host takes it over",
+                    holder.unwrap_or_default()
+                ))
+            } else {
+                Err(Refused(format!(
+                    "firing {task_id} at {fire_at} has no live claim to release (done, failed, pending or expired)"
+                )))
+            }
+        }
+        Err(err) if missing(&err) => Err(Refused(format!("there is no firing {task_id} at {fire_at}"))),
+        Err(err) => return Err(db_error(err)),
+    })
+}
+
+/// Purges finished runs and firings older than `older_than`.
+async fn purge(client: &Client, older_than: &str) -> Answer {
+    // In retention's bounded steps (short transactions, paused between), so a purge of
+    // millions of rows does not hold up the fleet's commits.
+    let mut purged = [0i64; 2];
+    for (total, step) in purged.iter_mut().zip([sql::PURGE_RUNS_STEP, sql::PURGE_FIRINGS_STEP]) {
+        loop {
+            let n: i64 = client.query_one(step, &[&older_than, &PURGE_STEP]).await.map_err(db_error)?.get(0);
+            *total += n;
+            if n < i64::from(PURGE_STEP) {
+                break;
+            }
+            tokio::time::sleep(PURGE_PAUSE).await;
+        }
+    }
+    Ok(Ok(format!(
+        "purged {} finished runs and {} finished firings older than {older_than}",
+        purged[0], purged[1]
+    )))
+}
+
+/// Asks a group's leader to step down.
+async fn step_down(client: &Client, group: &str, reason: Option<&str>) -> Answer {
+    let row = client.query_one(sql::REQUEST_STEP_DOWN, &[&group, &reason]).await;
+    Ok(match row {
+        Ok(row) => {
+            let (requested, leader, epoch): (bool, Option<String>, i64) =
+                (row.get(0), row.get(1), row.get(2));
+            if requested {
+                Ok(format!(
+                    "asked {} to step down from group {group} (epoch {epoch}): it resigns at its next refresh",
+                    leader.unwrap_or_default()
+                ))
+            } else {
+                Err(Refused(format!("nobody leads group {group} (last epoch {epoch})")))
+            }
+        }
+        Err(err) if missing(&err) => Err(Refused(format!("there is no leader group {group}"))),
+        Err(err) => return Err(db_error(err)),
     })
 }
 

@@ -218,7 +218,20 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
     let live = v["hosts_live"].as_i64().unwrap_or(0);
     let total = v["hosts_total"].as_i64().unwrap_or(hosts.len() as i64);
-    let share = shares(&hosts, v["hosts_live_weight"].as_f64().unwrap_or(0.0));
+    summary(&mut o, v, live, total);
+    o.push_str("</p><div class=\"grid\"><div>");
+    hosts_table(&mut o, v, &hosts, total);
+    leaders_tables(&mut o, v, history);
+    o.push_str("</table></div><div>");
+    tasks_table(&mut o, v);
+    firings_tables(&mut o, v);
+    runs_tables(&mut o, v);
+    o.push_str("</table></div></div>");
+    o
+}
+
+/// The summary line: live hosts, standbys, and what an operator should know at once.
+fn summary(o: &mut String, v: &Value, live: i64, total: i64) {
     let _ = write!(o, "<p id=\"summary\">live hosts: <b id=\"live-hosts\">{live}</b> of {total}");
     let r = &v["replication"];
     let _ = write!(o, " · standbys: {} ({} synchronous)", s(&r["standbys"]), s(&r["synchronous"]));
@@ -228,8 +241,11 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     if v["dead_holders_seen_at_once"].as_bool() == Some(false) {
         let _ = write!(o, " · <span class=\"warn\">{}</span>", esc(crate::status::TAKEOVER_AT_LEASE));
     }
-    o.push_str("</p><div class=\"grid\"><div>");
+}
 
+/// The hosts (stale ones first: they are the ones to look at) with their share of keys.
+fn hosts_table(o: &mut String, v: &Value, hosts: &[Value], total: i64) {
+    let share = shares(hosts, v["hosts_live_weight"].as_f64().unwrap_or(0.0));
     o.push_str("<h2>Hosts</h2><table id=\"hosts\"><tr><th>host</th><th>state</th><th>weight</th><th>last heartbeat</th><th>share of keys</th></tr>");
     // Stale hosts come first: they are the ones to look at.
     let listed: Vec<&Value> = hosts.iter().take(MAX_HOST_ROWS).collect();
@@ -253,7 +269,10 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
     if total > listed.len() as i64 {
         let _ = write!(o, "<p id=\"more-hosts\">and {} more hosts</p>", total - listed.len() as i64);
     }
+}
 
+/// The leader groups, and the leadership changes this dashboard has seen.
+fn leaders_tables(o: &mut String, v: &Value, history: &VecDeque<Change>) {
     o.push_str("<h2>Leaders</h2><table id=\"leaders\"><tr><th>group</th><th>leader</th><th>epoch</th><th>for</th></tr>");
     for l in v["leaders"].as_array().into_iter().flatten() {
         let _ = write!(
@@ -275,8 +294,10 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             leader.as_deref().map(esc).unwrap_or_else(|| "<i>nobody</i>".into())
         );
     }
-    o.push_str("</table></div><div>");
+}
 
+/// The tasks, with their next fire time and what is running, waiting and failed.
+fn tasks_table(o: &mut String, v: &Value) {
     o.push_str("<h2>Tasks</h2><table id=\"tasks\"><tr><th>task</th><th>schedule</th><th>next</th><th>running</th><th>waiting</th><th>failed</th><th>last error</th></tr>");
     for t in v["tasks"].as_array().into_iter().flatten() {
         let next = esc(&crate::status::next_fire(t));
@@ -292,6 +313,10 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             t["last_error"].as_str().map(esc).unwrap_or_default()
         );
     }
+}
+
+/// Firings in flight and recently completed.
+fn firings_tables(o: &mut String, v: &Value) {
     let f = &v["firings"];
     let _ = write!(
         o,
@@ -321,6 +346,10 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             x["lateness_ms"].as_f64().map(|ms| format!("{ms:.0} ms")).unwrap_or_default()
         );
     }
+}
+
+/// The run queue per workflow and the recent runs.
+fn runs_tables(o: &mut String, v: &Value) {
     o.push_str("</table><h2>Run queue</h2><table id=\"run-queue\"><tr><th>workflow</th><th>pending</th><th>runnable</th><th>running</th><th>oldest runnable waiting</th></tr>");
     for q in v["run_queue"].as_array().into_iter().flatten() {
         let _ = write!(
@@ -350,8 +379,6 @@ pub fn render(v: &Value, history: &VecDeque<Change>) -> String {
             s(&r["waiting_for"])
         );
     }
-    o.push_str("</table></div></div>");
-    o
 }
 
 #[cfg(test)]

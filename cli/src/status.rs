@@ -132,6 +132,17 @@ pub fn prometheus(v: &Value) -> String {
             out.push_str(&format!("{name}{labels} {value}\n"));
         }
     };
+    host_and_leader_families(&mut family, v);
+    firing_and_replication_families(&mut family, v);
+    task_and_run_families(&mut family, v);
+    out
+}
+
+/// Adds one gauge family: its name, its help line and its samples (labels, value).
+type Family<'a> = dyn FnMut(&str, &str, Vec<(String, f64)>) + 'a;
+
+/// Hosts (live, heartbeat age, weight) and leader groups (led, epoch).
+fn host_and_leader_families(family: &mut Family, v: &Value) {
     let hosts = v["hosts"].as_array().cloned().unwrap_or_default();
     let host = |h: &Value| format!("{{host_id=\"{}\"}}", label(h["host_id"].as_str().unwrap_or("")));
     family(
@@ -181,6 +192,10 @@ pub fn prometheus(v: &Value) -> String {
         "The group's current (or last) fencing epoch.",
         leaders.iter().map(|l| (group(l), l["epoch"].as_f64().unwrap_or(0.0))).collect(),
     );
+}
+
+/// Firings in flight, completed and failed; standbys.
+fn firing_and_replication_families(family: &mut Family, v: &Value) {
     let f = &v["firings"];
     family(
         "rendezvous_firings_in_flight",
@@ -208,6 +223,10 @@ pub fn prometheus(v: &Value) -> String {
         "Of them, synchronous ones (a failover to any other can lose acknowledged runs and completions).",
         vec![(String::new(), r["synchronous"].as_f64().unwrap_or(0.0))],
     );
+}
+
+/// Per task and per workflow: next fire time, failures, the run queue.
+fn task_and_run_families(family: &mut Family, v: &Value) {
     let tasks = v["tasks"].as_array().cloned().unwrap_or_default();
     let task = |t: &Value| format!("{{task_id=\"{}\"}}", label(t["task_id"].as_str().unwrap_or("")));
     family(
@@ -240,7 +259,6 @@ pub fn prometheus(v: &Value) -> String {
             .filter_map(|q| q["oldest_runnable_seconds"].as_f64().map(|s| (workflow(q), s)))
             .collect(),
     );
-    out
 }
 
 /// A label value as the exposition format escapes it: backslash, double quote and newline.
@@ -321,8 +339,16 @@ fn more(out: &mut String, v: &Value, list: &str, total: &str, what: &str) {
 
 /// The status for a person, as text.
 fn render(v: &Value) -> String {
-    use std::fmt::Write;
     let mut out = String::new();
+    render_fleet(&mut out, v);
+    render_firings(&mut out, v);
+    render_runs(&mut out, v);
+    out
+}
+
+/// Hosts, leaders, replication and how a dead holder's work moves.
+fn render_fleet(out: &mut String, v: &Value) {
+    use std::fmt::Write;
     let _ = writeln!(out, "hosts");
     for h in v["hosts"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -334,7 +360,7 @@ fn render(v: &Value) -> String {
             h["seconds_since_heartbeat"].as_f64().unwrap_or(0.0)
         );
     }
-    more(&mut out, v, "hosts", "hosts_total", "hosts");
+    more(out, v, "hosts", "hosts_total", "hosts");
     let _ = writeln!(out, "leaders");
     for l in v["leaders"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -345,7 +371,7 @@ fn render(v: &Value) -> String {
             l["epoch"]
         );
     }
-    more(&mut out, v, "leaders", "groups_total", "groups");
+    more(out, v, "leaders", "groups_total", "groups");
     let r = &v["replication"];
     let _ = writeln!(
         out,
@@ -360,6 +386,11 @@ fn render(v: &Value) -> String {
     if v["dead_holders_seen_at_once"].as_bool() == Some(false) {
         let _ = writeln!(out, "takeover: {TAKEOVER_AT_LEASE}");
     }
+}
+
+/// Tasks, and firings in flight and recently completed.
+fn render_firings(out: &mut String, v: &Value) {
+    use std::fmt::Write;
     let _ = writeln!(out, "tasks");
     for t in v["tasks"].as_array().into_iter().flatten() {
         let next = next_fire(t);
@@ -407,6 +438,11 @@ fn render(v: &Value) -> String {
             x["token"]
         );
     }
+}
+
+/// The run queue per workflow and the recent runs.
+fn render_runs(out: &mut String, v: &Value) {
+    use std::fmt::Write;
     let _ = writeln!(out, "run queue (unfinished runs per workflow)");
     let queue = v["run_queue"].as_array().map(Vec::as_slice).unwrap_or_default();
     if queue.is_empty() {
@@ -449,7 +485,6 @@ fn render(v: &Value) -> String {
             r["state"].as_str().unwrap_or("")
         );
     }
-    out
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! `plotters` into an SVG file beside the report.
 use std::time::SystemTime;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
@@ -66,7 +67,6 @@ pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
     let height = 90 + 60 * lanes as u32;
     let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let lane_of = |host: &str| t.hosts.iter().position(|h| h == host).map(|i| (lanes - 1 - i) as f64);
     let hosts = t.hosts.clone();
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -93,6 +93,33 @@ pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
         .x_desc("seconds")
         .draw()
         .map_err(|x| e(&x))?;
+    let lanes_of = Lanes { hosts: &t.hosts, start };
+    draw_work(&mut chart, t, &lanes_of)?;
+    draw_chaos(&mut chart, t, &lanes_of)?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// The chart the timeline draws on: seconds across, host lanes up.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Where a host's lane is (the first host on top) and when the picture starts.
+struct Lanes<'a> {
+    hosts: &'a [String],
+    start: SystemTime,
+}
+
+impl Lanes<'_> {
+    fn lane_of(&self, host: &str) -> Option<f64> {
+        self.hosts.iter().position(|h| h == host).map(|i| (self.hosts.len().max(1) - 1 - i) as f64)
+    }
+}
+
+/// The firings' runs (green; orange: ran again; grey: cut off) and the leader terms (purple,
+/// with their epochs) in their hosts' lanes.
+fn draw_work(chart: &mut Chart, t: &Timeline, lanes: &Lanes) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let (start, lane_of) = (lanes.start, |host: &str| lanes.lane_of(host));
     let green = RGBColor(46, 139, 87);
     let orange = RGBColor(230, 140, 30);
     let purple = RGBColor(120, 80, 170);
@@ -134,6 +161,14 @@ pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
             ))
         }))
         .map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Each chaos act, a red line in its host's lane (across every lane for the database).
+fn draw_chaos(chart: &mut Chart, t: &Timeline, lanes: &Lanes) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let (start, lane_of) = (lanes.start, |host: &str| lanes.lane_of(host));
+    let lanes = lanes.hosts.len().max(1);
     for (at, what, host) in &t.chaos {
         // An act on the database (the primary killed) crosses every lane, labelled on the top one.
         let (from, to, lane) = match lane_of(host) {
@@ -153,6 +188,5 @@ pub fn write(path: &std::path::Path, t: &Timeline) -> Result<(), String> {
             )))
             .map_err(|x| e(&x))?;
     }
-    root.present().map_err(|x| e(&x))?;
     Ok(())
 }
