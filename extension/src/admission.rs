@@ -19,7 +19,7 @@ use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, 
 use crate::compat;
 use crate::errors::raise;
 use crate::ffi::c_function::{arg, composite, v1_info, varlena_bytes};
-use crate::ffi::kept_plan::{self, value, KeptPlan};
+use crate::ffi::kept_plan::{FirstRow, KeptPlan};
 
 extension_sql_file!("admission.sql", name = "admission", requires = ["checks"]);
 
@@ -111,39 +111,38 @@ unsafe fn check_retry_policy(max_attempts: Option<pg_sys::Datum>, retry_backoff:
 /// `args` are `spawn_run`'s checked arguments: text, text, jsonb, text (or None), and, when
 /// `current`, an integer and an interval.
 unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool, bool) {
-    // SAFETY: SPI is connected before the kept plans run and finished before returning; each
-    // argument datum is of the plan's declared type (the caller's contract); results are by-value
-    // and read before the next statement.
-    unsafe {
-        // Run ids stay above any a timeline before this one handed out (fencing.rs).
-        crate::fencing::floor_run_ids();
-        kept_plan::connect();
-        let key_args = [args[0], args[1], args[2], args[3]];
-        let insert = || {
-            if current {
-                INSERT.with(|p| p.execute(args))
-            } else {
-                compat::INSERT_0_2.with(|p| p.execute(&key_args))
-            }
-        };
-        let admitted = (0..5).find_map(|_attempt| {
-            if insert() == 1 {
-                let run_id = value(0, 1).expect("run_id is NOT NULL");
-                // Announced, so an idle worker starts it without waiting for its next poll
-                // (one announcement per transaction, whatever it admits).
-                crate::announce::announce("rendezvous_runs", "");
-                return Some((run_id.value() as i64, true, true));
-            }
-            // Without a key nothing can conflict; with one, read the run it yielded to.
-            if EXISTING.with(|p| p.execute(&key_args)) == 1 {
-                let run_id = value(0, 1).expect("run_id is NOT NULL");
-                let same = value(0, 2).is_some_and(|d| d.value() != 0);
-                return Some((run_id.value() as i64, false, same));
+    // Run ids stay above any a timeline before this one handed out (fencing.rs).
+    crate::fencing::floor_run_ids();
+    let key_args = [args[0], args[1], args[2], args[3]];
+    let admitted = Spi::connect_mut(|client| {
+        (0..5).find_map(|_attempt| {
+            // SAFETY: each argument datum is of the plan's declared type (this function's
+            // contract).
+            unsafe {
+                let inserted = if current {
+                    INSERT.with(|p| p.run(client, args))
+                } else {
+                    compat::INSERT_0_2.with(|p| p.run(client, &key_args))
+                };
+                if let Some(row) = FirstRow::of(inserted) {
+                    let run_id = row.get::<i64>(1).expect("run_id is NOT NULL");
+                    // Announced, so an idle worker starts it without waiting for its next poll
+                    // (one announcement per transaction, whatever it admits).
+                    crate::announce::announce("rendezvous_runs", "");
+                    return Some((run_id, true, true));
+                }
+                // Without a key nothing can conflict; with one, read the run it yielded to.
+                if let Some(row) = FirstRow::of(EXISTING.with(|p| p.run(client, &key_args))) {
+                    let run_id = row.get::<i64>(1).expect("run_id is NOT NULL");
+                    return Some((run_id, false, row.get::<bool>(2) == Some(true)));
+                }
             }
             // The conflicting run was deleted (purged) between the two statements: insert again.
             None
-        });
-        pg_sys::SPI_finish();
+        })
+    });
+    // SAFETY: the datums are `spawn_run`'s text arguments (this function's contract).
+    unsafe {
         admitted.unwrap_or_else(|| {
             let text = |d: Option<pg_sys::Datum>| {
                 d.map_or("NULL".into(), |d| String::from_utf8_lossy(varlena_bytes(d)))

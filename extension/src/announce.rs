@@ -16,7 +16,7 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::ffi::kept_plan::{self, KeptPlan};
+use crate::ffi::kept_plan::{FirstRow, KeptPlan};
 
 extension_sql_file!("announce.sql", name = "announce");
 
@@ -73,27 +73,27 @@ pub(crate) fn announcement(channel: &str, data: &str) -> Option<String> {
     if table == pg_sys::InvalidOid {
         return None;
     }
-    kept_plan::connect();
-    // SAFETY: inside SPI_connect; the statements take no arguments and return one bytea and
-    // one bigint (a by-value datum); the key is copied out before SPI_finish.
-    let number = unsafe {
-        let cached = KEY.with(|k| k.borrow().as_ref().is_some_and(|(oid, _)| *oid == table));
-        if !cached {
-            if READ_KEY.with(|p| p.execute(&[])) != 1 {
-                crate::errors::raise(
+    let number = Spi::connect_mut(|client| {
+        // SAFETY: the statements take no arguments.
+        unsafe {
+            let cached = KEY.with(|k| k.borrow().as_ref().is_some_and(|(oid, _)| *oid == table));
+            if !cached {
+                let keys = READ_KEY.with(|p| p.run(client, &[]));
+                let one = keys.len() == 1;
+                let key = FirstRow::of(keys).filter(|_| one).and_then(|row| row.get::<Vec<u8>>(1));
+                let Some(key) = key else {
+                    crate::errors::raise(
                         PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
                         "rendezvous._announcement_key must hold one key: run ALTER EXTENSION pg_rendezvous UPDATE, or make the extension again",
                     );
+                };
+                KEY.with(|k| *k.borrow_mut() = Some((table, key)));
             }
-            let datum = kept_plan::value(0, 1).expect("the key is NOT NULL");
-            let key = <Vec<u8> as FromDatum>::from_datum(datum, false).expect("a bytea");
-            KEY.with(|k| *k.borrow_mut() = Some((table, key)));
+            FirstRow::of(NEXT.with(|p| p.run(client, &[])))
+                .and_then(|row| row.get::<i64>(1))
+                .expect("nextval is not NULL")
         }
-        NEXT.with(|p| p.execute(&[]));
-        let number = kept_plan::value(0, 1).expect("nextval is not NULL").value() as i64;
-        pg_sys::SPI_finish();
-        number
-    };
+    });
     KEY.with(|k| k.borrow().as_ref().map(|(_, key)| signed(key, channel, number, data)))
 }
 

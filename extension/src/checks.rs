@@ -74,23 +74,10 @@ pub(crate) unsafe fn finite_interval_vs_zero(
 /// # Safety
 /// Each argument datum is of the matching type in `types`.
 pub(crate) unsafe fn raise_sql_check(sql: &CStr, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> ! {
-    // SAFETY: called from a function PostgreSQL is executing (as SPI requires); the argument datums
-    // match `types` (the caller's contract) and outlive the statement; SPI is finished before the
-    // ERROR is raised.
-    unsafe {
-        let (mut values, nulls) = crate::ffi::kept_plan::spi_args(args);
-        crate::ffi::kept_plan::connect();
-        pg_sys::SPI_execute_with_args(
-            sql.as_ptr(),
-            types.len() as i32,
-            types.as_ptr().cast_mut(),
-            values.as_mut_ptr(),
-            nulls.as_ptr(),
-            true,
-            0,
-        );
-        pg_sys::SPI_finish();
-    }
+    // SAFETY: each datum is of its type in `types` (this function's contract).
+    let args = unsafe { crate::ffi::kept_plan::spi_args(args, types) };
+    // The check raises (the ERROR ends the SPI connection with the transaction).
+    let _ = Spi::connect(|client| client.select(sql, None, &args).map(|_| ()));
     raise(
         PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
         format!("{} passed arguments the C function refused", sql.to_string_lossy()),

@@ -15,7 +15,7 @@ use pgrx::prelude::*;
 use crate::checks::{check_text_datum, finite_interval_vs_zero, raise_sql_check, MAX_ID_BYTES};
 use crate::errors::{null_argument, raise};
 use crate::ffi::c_function::{arg, composite, v1_info, varlena_bytes};
-use crate::ffi::kept_plan::{self, value, KeptPlan};
+use crate::ffi::kept_plan::{FirstRow, KeptPlan};
 use crate::{compat, fencing, holder};
 
 extension_sql_file!(
@@ -78,7 +78,7 @@ thread_local! {
     ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
     static HELD: KeptPlan = const { KeptPlan::new(
-        "SELECT f.holder, f.token, f.completed_at IS NOT NULL, f.lease_until \
+        "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until \
            FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1",
         &[pg_sys::TEXTOID],
     ) };
@@ -174,9 +174,8 @@ v1_info!(pg_finfo_rendezvous_firing_key);
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     // SAFETY: PostgreSQL calls this with `claim_firing(text, timestamptz, text, interval)`'s
-    // arguments; each is checked before use, SPI is connected before the kept plans run and
-    // finished before `composite`, and the holder text is copied out of SPI's memory
-    // (`SPI_datumTransfer`) before `SPI_finish`.
+    // arguments; each is checked before use, and `claim` and `composite` get datums of the types
+    // their statements and the result type declare.
     unsafe {
         let (task_id, fire_at, host_id, lease) =
             (arg(fcinfo, 0), arg(fcinfo, 1), arg(fcinfo, 2), arg(fcinfo, 3));
@@ -189,51 +188,105 @@ pub unsafe extern "C-unwind" fn rendezvous_claim_firing(fcinfo: pg_sys::Function
         if fire_at.value() as i64 > pg_sys::GetCurrentTimestamp() {
             return composite(fcinfo, &[Some(false.into()), None, None, Some(false.into()), Some(fire_at)]);
         }
-        // Tokens stay above any a timeline before this one handed out (fencing.rs).
-        let first_token = fencing::floor().max(1);
-        let current = holder::has_column(c"firings", c"holder_role");
-        let claim = if current {
-            &CLAIM
-        } else if holder::has_column(c"firings", c"holder_pid") {
-            &compat::CLAIM_0_3
-        } else {
-            &compat::CLAIM_0_2
-        };
-        kept_plan::connect();
-        let outcome = (0..5).find_map(|_attempt| {
-            let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
-            if current && LIVE.with(|p| p.execute(&[Some(key), Some(now)])) == 1 {
-                let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
-                return Some([Some(false.into()), holder, None, value(0, 2), value(0, 3)]);
-            }
-            let args =
-                [Some(key), task_id, Some(fire_at), host_id, Some(first_token.into()), Some(now), lease];
-            if claim.with(|p| p.execute(&args)) == 1 {
-                pg_sys::ForceSyncCommit();
-                return Some([Some(true.into()), host_id, value(0, 1), Some(false.into()), value(0, 2)]);
-            }
-            // Someone holds a live lease, or the firing is done (the row is locked by us now).
-            // The holder's token is not told to a loser: a token fences, it does not
-            // authenticate, so only its holder should know it (#24).
-            if HELD.with(|p| p.execute(&[Some(key)])) == 1 {
-                let holder = value(0, 1).map(|h| pg_sys::SPI_datumTransfer(h, false, -1));
-                return Some([Some(false.into()), holder, None, value(0, 3), value(0, 4)]);
-            }
-            // The row was deleted (purged) between the two statements: claim again.
-            None
-        });
-        pg_sys::SPI_finish();
-        let Some(outcome) = outcome else {
+        let Some(answer) = claim(key, [task_id, Some(fire_at), host_id, lease]) else {
             let key = String::from_utf8_lossy(varlena_bytes(key)).into_owned();
             raise(
                 PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
                 format!("could not claim {key}: it is being purged concurrently"),
             )
         };
-        composite(fcinfo, &outcome)
+        let holder = match answer.holder {
+            Holder::Caller => host_id,
+            Holder::Other(holder) => holder.into_datum(),
+        };
+        let values = [
+            Some(answer.claimed.into()),
+            holder,
+            answer.token.and_then(IntoDatum::into_datum),
+            answer.completed.and_then(IntoDatum::into_datum),
+            answer.lease_until.and_then(IntoDatum::into_datum),
+        ];
+        composite(fcinfo, &values)
     }
 }
 v1_info!(pg_finfo_rendezvous_claim_firing);
+
+/// Who holds a firing after a claim: the caller, or the holder a loser is told.
+enum Holder {
+    Caller,
+    Other(Option<String>),
+}
+
+/// A claim's answer, read out of SPI's memory.
+struct ClaimAnswer {
+    claimed: bool,
+    holder: Holder,
+    token: Option<i64>,
+    completed: Option<bool>,
+    lease_until: Option<TimestampWithTimeZone>,
+}
+
+/// Claims the firing `key` (`[task_id, fire_at, host_id, lease]` checked); `None` when it was
+/// purged under every one of five tries.
+///
+/// # Safety
+/// `key` is a text datum and `args` are a text, a timestamptz, a text and an interval.
+unsafe fn claim(
+    key: pg_sys::Datum,
+    [task_id, fire_at, host_id, lease]: [Option<pg_sys::Datum>; 4],
+) -> Option<ClaimAnswer> {
+    // Tokens stay above any a timeline before this one handed out (fencing.rs).
+    let first_token = fencing::floor().max(1);
+    let current = holder::has_column(c"firings", c"holder_role");
+    let claim = if current {
+        &CLAIM
+    } else if holder::has_column(c"firings", c"holder_pid") {
+        &compat::CLAIM_0_3
+    } else {
+        &compat::CLAIM_0_2
+    };
+    // A loser's answer from `(holder, completed, lease_until)`, as LIVE and HELD read them.
+    let loser = |row: FirstRow| ClaimAnswer {
+        claimed: false,
+        holder: Holder::Other(row.get(1)),
+        token: None,
+        completed: row.get(2),
+        lease_until: row.get(3),
+    };
+    Spi::connect_mut(|client| {
+        (0..5).find_map(|_attempt| {
+            // SAFETY: every argument datum is of its statement's declared type (this function's
+            // contract; `now` is a timestamptz, the first token a bigint).
+            unsafe {
+                let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
+                if current {
+                    if let Some(row) = FirstRow::of(LIVE.with(|p| p.run(client, &[Some(key), Some(now)]))) {
+                        return Some(loser(row));
+                    }
+                }
+                let args = [Some(key), task_id, fire_at, host_id, Some(first_token.into()), Some(now), lease];
+                if let Some(row) = FirstRow::of(claim.with(|p| p.run(client, &args))) {
+                    pg_sys::ForceSyncCommit();
+                    return Some(ClaimAnswer {
+                        claimed: true,
+                        holder: Holder::Caller,
+                        token: row.get(1),
+                        completed: Some(false),
+                        lease_until: row.get(2),
+                    });
+                }
+                // Someone holds a live lease, or the firing is done (the row is locked by us now).
+                // The holder's token is not told to a loser: a token fences, it does not
+                // authenticate, so only its holder should know it (#24).
+                if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
+                    return Some(loser(row));
+                }
+            }
+            // The row was deleted (purged) between the two statements: claim again.
+            None
+        })
+    })
+}
 
 /// `rendezvous.complete_firing(task_id, fire_at, token) → boolean`: true when `token` is the
 /// firing's current claim (the completion is then durable before it is acknowledged).
@@ -243,15 +296,15 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> pg_sys::Datum {
     // SAFETY: PostgreSQL calls this with `complete_firing(text, timestamptz, bigint)`'s arguments;
-    // SPI is connected around the kept plan, whose result (a count) is read before `SPI_finish`.
+    // the statement gets the key (a text) and the token (a bigint), as it declares.
     unsafe {
         let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
         let complete =
             if holder::has_column(c"firings", c"holder_role") { &COMPLETE } else { &compat::COMPLETE_0_3 };
-        kept_plan::connect();
-        let completed = complete.with(|p| p.execute(&[Some(key), Some(token)])) > 0;
-        pg_sys::SPI_finish();
+        let completed = Spi::connect_mut(|client| {
+            !complete.with(|p| p.run(client, &[Some(key), Some(token)])).is_empty()
+        });
         if completed {
             pg_sys::ForceSyncCommit();
         }

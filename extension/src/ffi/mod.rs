@@ -1,9 +1,12 @@
-//! The hand-written C-ABI layer, in one room: what the hot paths (`spawn_run`, `firing_key`,
+//! The C-ABI layer, in one room: what the hot paths (`spawn_run`, `firing_key`,
 //! `claim_firing`, `complete_firing`, the HRW functions over a passed host array) use instead of
-//! pgrx's wrappers, which cost too much there.
+//! pgrx's `#[pg_extern]` wrappers. Their C symbols (`rendezvous_spawn_run`, …) are named by the
+//! released install scripts (0.2.0 and 0.3.0), which a database still runs until its
+//! `ALTER EXTENSION … UPDATE`, so they are written by hand, not generated.
 //!
 //! - [`c_function`]: arguments read as datums, one composite result, the version-1 info record;
-//! - [`kept_plan`]: statements prepared once per backend, run through SPI with datum arguments;
+//! - [`kept_plan`]: statements prepared once per backend (pgrx's kept statements) run with
+//!   the datums a C function was called with;
 //! - [`call_cache`]: a per-call-site cache in `fn_extra`, keyed by argument bytes.
 //!
 //! Every `unsafe` block in the extension says why it is sound in a `// SAFETY:` comment (the
