@@ -95,6 +95,29 @@ SELECT count(*) AS second_in_rank_waits FROM rendezvous.claim_runs(:'second_host
 SELECT count(*) AS first_in_rank_claims
   FROM rendezvous.claim_runs((rendezvous.ranked('run:' || :placed, ARRAY['worker-a', 'worker-b']))[1], 1, '30 s', ARRAY['placed'], '1 hour');
 
+-- A host that ranks late reads the runs its claim walks (4 × max + 1,000 at most, each then
+-- found by id), not the backlog: 20,000 pending runs, 50 live hosts, a grace that keeps each
+-- host to the runs it ranks first for. Counted by the transaction's own statistics (rows read
+-- from the runs table and its indexes); 0.4.0's first form read every pending run.
+SELECT count(*) AS backlog FROM generate_series(1, 2) g,
+       rendezvous.spawn_runs('acme', (SELECT array_agg('bulk'::text) FROM generate_series(1, 10000)));
+RESET ROLE;
+ANALYZE rendezvous.runs;
+SET ROLE rendezvous_regress_worker;
+\set runs_reads 'SELECT sum(pg_catalog.pg_stat_get_xact_tuples_returned(o)) FROM (SELECT \'rendezvous.runs\'::regclass::oid UNION ALL SELECT indexrelid FROM pg_catalog.pg_index WHERE indrelid = \'rendezvous.runs\'::regclass) r(o)'
+BEGIN;
+SELECT count(rendezvous.heartbeat('late-' || i)) AS late_hosts FROM generate_series(1, 50) i;
+:runs_reads \gset before_
+SELECT count(*) BETWEEN 0 AND 1 AS claimed_at_most_one FROM rendezvous.claim_runs('late-1', 1, '30 s', ARRAY['bulk'], '1 hour');
+SELECT sum - :before_sum <= 2 * (4 * 1 + 1000) + 100 AS max_1_reads_its_walk FROM (:runs_reads) r(sum);
+:runs_reads \gset before_
+SELECT count(*) <= 100 AS claimed_at_most_100 FROM rendezvous.claim_runs('late-1', 100, '30 s', ARRAY['bulk'], '1 hour');
+SELECT sum - :before_sum <= 2 * (4 * 100 + 1000) + 100 AS max_100_reads_its_walk FROM (:runs_reads) r(sum);
+ROLLBACK;
+RESET ROLE;
+DELETE FROM rendezvous.runs WHERE workflow_ref = 'bulk';
+SET ROLE rendezvous_regress_worker;
+
 -- Cancelling is an admin's; a cancelled run never runs, and its holder's token is refused.
 SELECT run_id AS doomed FROM rendezvous.spawn_run('acme', 'doomed') \gset
 SELECT token AS doomed_token FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['doomed'], '0 s') \gset
