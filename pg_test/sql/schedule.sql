@@ -306,3 +306,22 @@ SELECT rendezvous.pause_task('ahead');
 SELECT count(*) AS made_after_pause FROM rendezvous.firings WHERE task_id = 'ahead';
 SELECT rendezvous.unschedule_task('ahead'), rendezvous.unschedule_task('on-time');
 DROP TABLE fire;
+
+-- status_tasks' next few tasks read those tasks' history, not every task's: 200 tasks with 5
+-- finished firings each, and the 3 next (as `rendezvous status` asks for 20) counted by the
+-- transaction's own statistics (rows read from firings and its indexes, the second time: the
+-- first plans the query; every task's history was read before).
+BEGIN;
+SELECT count(rendezvous.schedule_task('many-' || i, rendezvous.every('1 hour'))) AS tasks
+  FROM generate_series(1, 200) i;
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, completed_at)
+SELECT rendezvous.firing_key('many-' || i, '2026-01-01'::timestamptz + g * interval '1 hour'), 'many-' || i,
+       '2026-01-01'::timestamptz + g * interval '1 hour', 'h', 1, now(), now(), now()
+  FROM generate_series(1, 200) i, generate_series(1, 5) g;
+\set firings_reads 'SELECT sum(pg_catalog.pg_stat_get_xact_tuples_returned(o)) FROM (SELECT \'rendezvous.firings\'::regclass::oid UNION ALL SELECT indexrelid FROM pg_catalog.pg_index WHERE indrelid = \'rendezvous.firings\'::regclass) r(o)'
+\set next_three 'SELECT count(*) AS next_three FROM (SELECT task_id, running, pending, failed, last_error FROM rendezvous.status_tasks ORDER BY next_fire_at NULLS LAST, task_id LIMIT 3) s'
+:next_three;
+:firings_reads \gset before_
+:next_three;
+SELECT sum - :before_sum <= 100 AS reads_three_tasks_history FROM (:firings_reads) r(sum);
+ROLLBACK;
