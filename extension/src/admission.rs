@@ -114,7 +114,7 @@ unsafe fn admit(args: &[Option<pg_sys::Datum>; 6], current: bool) -> (i64, bool,
     // Run ids stay above any a timeline before this one handed out (fencing.rs).
     crate::fencing::floor_run_ids();
     let key_args = [args[0], args[1], args[2], args[3]];
-    let admitted = Spi::connect_mut(|client| {
+    let admitted = Spi::connect(|client| {
         (0..5).find_map(|_attempt| {
             // SAFETY: each argument datum is of the plan's declared type (this function's
             // contract).

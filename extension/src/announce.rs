@@ -73,7 +73,7 @@ pub(crate) fn announcement(channel: &str, data: &str) -> Option<String> {
     if table == pg_sys::InvalidOid {
         return None;
     }
-    let number = Spi::connect_mut(|client| {
+    let number = Spi::connect(|client| {
         // SAFETY: the statements take no arguments.
         unsafe {
             let cached = KEY.with(|k| k.borrow().as_ref().is_some_and(|(oid, _)| *oid == table));

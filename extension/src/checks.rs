@@ -76,7 +76,7 @@ pub(crate) unsafe fn finite_interval_vs_zero(
 pub(crate) unsafe fn raise_sql_check(sql: &CStr, types: &[pg_sys::Oid], args: &[Option<pg_sys::Datum>]) -> ! {
     // SAFETY: each datum is of its type in `types` (this function's contract).
     let args = unsafe { crate::ffi::kept_plan::spi_args(args, types) };
-    // The check raises (the ERROR ends the SPI connection with the transaction).
+    // The check raises its own error (SPI is finished as the error unwinds).
     let _ = Spi::connect(|client| client.select(sql, None, &args).map(|_| ()));
     raise(
         PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

@@ -253,7 +253,7 @@ unsafe fn claim(
         completed: row.get(2),
         lease_until: row.get(3),
     };
-    Spi::connect_mut(|client| {
+    Spi::connect(|client| {
         (0..5).find_map(|_attempt| {
             // SAFETY: every argument datum is of its statement's declared type (this function's
             // contract; `now` is a timestamptz, the first token a bigint).
@@ -302,9 +302,8 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
         let complete =
             if holder::has_column(c"firings", c"holder_role") { &COMPLETE } else { &compat::COMPLETE_0_3 };
-        let completed = Spi::connect_mut(|client| {
-            !complete.with(|p| p.run(client, &[Some(key), Some(token)])).is_empty()
-        });
+        let completed =
+            Spi::connect(|client| !complete.with(|p| p.run(client, &[Some(key), Some(token)])).is_empty());
         if completed {
             pg_sys::ForceSyncCommit();
         }

@@ -153,14 +153,14 @@ BEGIN
     -- The walked runs this host may take now (by rank and the age the walk read), locked in the
     -- walk's order through a cursor that stops once max are locked (FOR UPDATE SKIP LOCKED:
     -- never waiting for a claimer). The rank test reads only the walk's columns, so it runs
-    -- once per walked run and never on other rows; each run is then found by its id (as a
-    -- filter, `run_id = ANY (walk)` over the pending runs in queue order, every pending run was
-    -- compared with every walked one: 20 ms a claim at 100,000 pending). Only by its id: runs
-    -- admitted together share a runnable time, and an index on that would read them all.
+    -- once per walked run and never on other rows, and each run is then found by its id and
+    -- runnable time (one entry of runs_runnable, or the primary key). A run whose runnable time
+    -- changed since the walk (claimed, failed and queued again meanwhile) waits for the next
+    -- claim's walk, which judges it by its new age.
     OPEN candidates FOR
         SELECT r.run_id FROM unnest(walk, walk_at) WITH ORDINALITY AS w(run_id, runnable_at, ord)
           JOIN rendezvous.runs r ON r.run_id = w.run_id
-         WHERE r.state = 'pending' AND r.runnable_at <= now_
+         WHERE r.state = 'pending' AND r.runnable_at = w.runnable_at
            AND (cardinality(hosts) = 0 OR claim_runs.grace = interval '0'
                 OR w.runnable_at <= now_ - claim_runs.grace * cardinality(hosts)
                 OR rendezvous._rank_within('run:' || w.run_id, hosts, weights, claim_runs.host_id,

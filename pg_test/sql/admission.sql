@@ -8,6 +8,11 @@ SET ROLE rendezvous_regress_admit;
 -- The first delivery creates the run; a redelivery returns it.
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
+-- A repeated admission writes nothing, not even a transaction id.
+BEGIN;
+SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-29"}', 'decision-42');
+SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NULL AS repeat_writes_nothing;
+ROLLBACK;
 -- A redelivery that carries another input is still the same run, and says it differed.
 SELECT created, same_request FROM rendezvous.spawn_run('acme', 'reports/nightly', '{"day": "2026-11-30"}', 'decision-42');
 RESET ROLE; -- reading the table is not a host's business: checked as the superuser

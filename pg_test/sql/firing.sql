@@ -20,6 +20,12 @@ SELECT rendezvous.renew_firing('nightly-report', '2026-11-29 00:00:00+00', 7) IS
 -- An expired, uncompleted claim is taken over with a higher token (expire it by releasing).
 SELECT rendezvous.release_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS released;
 SELECT claimed, holder, token FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-b', '1 hour');
+-- A losing claim and a stale completion write nothing, not even a transaction id.
+BEGIN;
+SELECT claimed FROM rendezvous.claim_firing('nightly-report', '2026-11-29 00:00:00+00', 'host-c');
+SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS stale_completion;
+SELECT pg_catalog.pg_current_xact_id_if_assigned() IS NULL AS losers_write_nothing;
+ROLLBACK;
 -- The stale holder's completion and fenced write are rejected.
 SELECT rendezvous.complete_firing('nightly-report', '2026-11-29 00:00:00+00', 1) AS stale_completion;
 SELECT regress.err($$SELECT rendezvous.assert_firing('nightly-report', '2026-11-29 00:00:00+00', 1)$$);

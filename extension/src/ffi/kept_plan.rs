@@ -3,7 +3,7 @@
 //! they were called with.
 //!
 //! They are pgrx's own kept statements (`OwnedPreparedStatement`), run inside
-//! `Spi::connect_mut`. 0.3.0 drove SPI by hand here; pgrx's statements measured the same
+//! `Spi::connect`. 0.3.0 drove SPI by hand here; pgrx's statements measured the same
 //! (`complete_firing`, 20,000 calls in one statement: 13.2 µs a call by hand, 12.7 µs through
 //! pgrx), so the hand layer went (#40).
 //!
@@ -44,7 +44,7 @@ impl KeptPlan {
     /// Each argument datum is of the declared type and stays valid for the call.
     pub(crate) unsafe fn run<'conn>(
         &self,
-        client: &mut SpiClient<'conn>,
+        client: &SpiClient<'conn>,
         args: &[Option<pg_sys::Datum>],
     ) -> SpiTupleTable<'conn> {
         debug_assert_eq!(args.len(), self.types.len());
@@ -63,7 +63,10 @@ impl KeptPlan {
         // SAFETY: the datums are of the declared types and outlive the call (this function's
         // contract).
         let args = unsafe { spi_args(args, self.types) };
-        match client.update(&**plan, None, &args) {
+        // `select`, not `update`: pgrx's `update` takes a transaction id first, which a claim
+        // that loses, a repeated admission or a stale completion would then spend for nothing
+        // (and on a standby fail with XX000 before the statement's own 25006).
+        match client.select(&**plan, None, &args) {
             Ok(table) => table,
             Err(e) => {
                 raise(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, format!("could not run ({e}): {}", self.sql))
@@ -98,7 +101,7 @@ impl<'conn> FirstRow<'conn> {
         (!table.is_empty()).then(|| Self(table.first()))
     }
 
-    /// Column `column` (from 1), copied out of SPI's memory (it outlives `Spi::connect_mut`);
+    /// Column `column` (from 1), copied out of SPI's memory (it outlives `Spi::connect`);
     /// `None` for NULL.
     pub(crate) fn get<T: FromDatum + IntoDatum>(&self, column: usize) -> Option<T> {
         self.0.get::<T>(column).unwrap_or_else(|e| {
