@@ -134,8 +134,12 @@ pub struct DispatchReport {
     pub done_by_others: u64,
     /// Claims this host attempted.
     pub claim_attempts: u64,
-    /// Claim attempts that lost (another host held a live claim): wasted work.
+    /// Claim attempts that lost (another host held a live claim, or it was done): wasted work.
     pub lost_attempts: u64,
+    /// Claim attempts made before the firing was due by the database clock (no holder, not
+    /// done): this host's estimate of the database clock ran a little ahead. Claimed again
+    /// once due; not counted as lost.
+    pub early_attempts: u64,
     /// Claims won by taking over an expired lease.
     pub takeovers: u64,
     /// Executions whose completion was refused: the lease had expired and another host took over.
@@ -291,7 +295,11 @@ impl Dispatcher {
                     Some(c) => {
                         // Lost to a live holder, already done, or not yet due by the database
                         // clock (no holder; a host whose clock runs fast asked early).
-                        report.lost_attempts += 1;
+                        if c.holder.is_none() && !c.completed {
+                            report.early_attempts += 1;
+                        } else {
+                            report.lost_attempts += 1;
+                        }
                         if c.completed {
                             report.done_by_others += 1;
                         } else {
