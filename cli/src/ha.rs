@@ -150,6 +150,7 @@ impl Ha {
                 primary.kill()
             }
             Inner::Pair { primary, .. } if self.engine == Engine::PromotePartitioned => {
+                let primary_port = primary.port;
                 // The standby's replication connection goes silent; the primary runs on, and
                 // every commit on it waits for the standby.
                 let admin = connect(&primary.url()).await?;
@@ -158,7 +159,7 @@ impl Ha {
                     .await
                     .map_err(|e| db_error("the standby's connection", e))?
                     .get(0);
-                self.cut = Some(crate::partition::Partition::connections(&[port as u16])?);
+                self.cut = Some(crate::partition::Partition::connections(&[(port as u16, primary_port)])?);
                 tokio::time::sleep(PARTITIONED_FOR).await;
                 // The failover tool fences the old primary before promoting: new transactions
                 // there are read-only, so clients reconnecting through the multi-host URL with
