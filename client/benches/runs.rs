@@ -20,13 +20,17 @@ const HOSTS: usize = 4;
 /// The runtime's fastest configuration here: a local queue per host kept full
 /// (`WorkerOptions::prefetch`, no `queue_horizon`), the size of graphile-worker's local queue beside it.
 const PREFETCH: usize = 500;
-const BACKLOG: i64 = 10_000;
+/// The backlog drained (RUNS_BENCH_BACKLOG sets another, e.g. to profile a longer steady state).
+fn backlog() -> i64 {
+    std::env::var("RUNS_BENCH_BACKLOG").map_or(10_000, |v| v.parse().expect("RUNS_BENCH_BACKLOG: a number"))
+}
 /// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
 const ARRIVALS_PER_SECOND: u64 = 100;
 const ARRIVAL_SECONDS: u64 = 10;
 
 type Starts = Arc<Mutex<HashMap<i64, Instant>>>;
 
+/// Starts the hosts at once (as the peers' processes start when told to go).
 async fn hosts(
     url: &str,
     per_host: usize,
@@ -34,23 +38,23 @@ async fn hosts(
     executed: Arc<AtomicU64>,
     starts: Option<Starts>,
 ) -> Vec<Worker> {
-    let mut out = Vec::new();
+    let mut starting = Vec::new();
     for h in 0..HOSTS {
         let (executed, starts) = (executed.clone(), starts.clone());
         let options = options.clone().with_max_concurrent(per_host).with_heartbeat(Duration::from_secs(1));
-        let scheduler = Worker::builder(url, format!("host-{h}"))
-            .options(options)
-            .workflow("noop", move |job: Job| {
+        let builder =
+            Worker::builder(url, format!("host-{h}")).options(options).workflow("noop", move |job: Job| {
                 if let (Some(starts), Some(run)) = (&starts, job.run()) {
                     starts.lock().unwrap().insert(run.run_id, Instant::now());
                 }
                 executed.fetch_add(1, Ordering::Relaxed);
                 async { Ok::<(), std::io::Error>(()) }
-            })
-            .start()
-            .await
-            .expect("start a scheduler");
-        out.push(scheduler);
+            });
+        starting.push(tokio::spawn(builder.start()));
+    }
+    let mut out = Vec::new();
+    for s in starting {
+        out.push(s.await.unwrap().expect("start a worker"));
     }
     out
 }
@@ -63,25 +67,26 @@ async fn succeeded(admin: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
-/// Runs per second draining a backlog of `BACKLOG` runs with `per_host` handlers on each host.
+/// Runs per second draining a backlog of [`backlog()`] runs with `per_host` handlers on each host.
 async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> f64 {
     let admin = rendezvous_client::connect(url).await.unwrap();
+    let backlog = backlog();
     admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
     admin
         .execute(
             "SELECT rendezvous.spawn_run('bench', 'noop') FROM generate_series(1::int8, $1::int8)",
-            &[&BACKLOG],
+            &[&backlog],
         )
         .await
         .unwrap();
     let executed = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let fleet = hosts(url, per_host, options, executed, None).await;
-    while succeeded(&admin).await < BACKLOG {
+    while succeeded(&admin).await < backlog {
         assert!(started.elapsed() < Duration::from_secs(600), "the backlog was not drained in 10 minutes");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let per_sec = BACKLOG as f64 / started.elapsed().as_secs_f64();
+    let per_sec = backlog as f64 / started.elapsed().as_secs_f64();
     for h in fleet {
         h.shutdown(Duration::from_secs(5)).await.unwrap();
     }
@@ -130,7 +135,7 @@ async fn main() {
         println!("set RENDEZVOUS_DATABASE_URL, or run scripts/bench.sh runs");
         return;
     };
-    println!("Runs executed by {HOSTS} Worker hosts (trivial handler), a backlog of {BACKLOG} runs\n");
+    println!("Runs executed by {HOSTS} Worker hosts (trivial handler), a backlog of {} runs\n", backlog());
     println!(
         "| handlers per host | handlers in all | runs/s, defaults | runs/s, a full queue of {PREFETCH} |"
     );
@@ -139,11 +144,21 @@ async fn main() {
     let cases: Vec<usize> = std::env::var("RUNS_BENCH_HANDLERS")
         .map(|v| v.split_whitespace().map(|n| n.parse().expect("RUNS_BENCH_HANDLERS: numbers")).collect())
         .unwrap_or_else(|_| vec![1, 4, 16]);
+    // RUNS_BENCH_ONLY=defaults measures the defaults alone, without the pickup case (while
+    // profiling them).
+    let only_defaults = std::env::var("RUNS_BENCH_ONLY").is_ok_and(|v| v == "defaults");
     for per_host in cases {
         let plain = throughput(&url, per_host, WorkerOptions::default()).await;
+        if only_defaults {
+            println!("| {per_host} | {} | {plain:.0} | |", per_host * HOSTS);
+            continue;
+        }
         let full = WorkerOptions::default().with_prefetch(PREFETCH).with_queue_horizon(None);
         let ahead = throughput(&url, per_host, full).await;
         println!("| {per_host} | {} | {plain:.0} | {ahead:.0} |", per_host * HOSTS);
+    }
+    if only_defaults {
+        return;
     }
     let (p50, p99, n) = pickup(&url).await;
     println!(

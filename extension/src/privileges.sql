@@ -191,7 +191,7 @@ ALTER FUNCTION rendezvous.assert_run(bigint, bigint) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.cancel_run(bigint) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.next_runnable_at(text[]) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz), rendezvous._recover_runs(timestamptz),
-    rendezvous._session_started() FROM PUBLIC;
+    rendezvous._runs_walk(timestamptz, text[], integer), rendezvous._session_started() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rendezvous._holder_gone(integer, timestamptz) TO rendezvous_observer;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.claim_runs(text, integer, interval, text[], interval), rendezvous.renew_run(bigint, bigint, interval),

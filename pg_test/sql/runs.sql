@@ -150,6 +150,62 @@ RESET ROLE;
 DELETE FROM rendezvous.runs WHERE workflow_ref = 'bulk';
 SET ROLE rendezvous_regress_worker;
 
+-- Claims and completions find each run by its key, also when the statistics say no run is
+-- pending or running (a burst admitted to an idle system since the last ANALYZE): 9,000
+-- finished runs of history, then 5,000 admitted. Index entries read (the transaction's own
+-- statistics), with PL/pgSQL's plans custom and generic. A claim of 100 reads its walk (4 ×
+-- 100 + 1,000) and one probe a walked run; a plan that joined the walk to every pending run
+-- read them all. Then, held by one host, 100 are completed, and the same 100 again (repeats
+-- answer true): 3 probes an element a call, each meeting 2 or 3 row versions; a plan that
+-- scanned the running runs for each batch and looked for repeats among the finished ones read
+-- over 10,000. (Where the planner reads the table once for a batch's keys instead, by its
+-- costs at this size, each row is read once: that is not counted.)
+SELECT count(*) AS history FROM rendezvous.spawn_runs('acme', (SELECT array_agg('history'::text) FROM generate_series(1, 9000)));
+RESET ROLE;
+UPDATE rendezvous.runs SET state = 'succeeded' WHERE workflow_ref = 'history';
+VACUUM (ANALYZE) rendezvous.runs;
+SET ROLE rendezvous_regress_worker;
+\set index_reads 'SELECT sum(pg_catalog.pg_stat_get_xact_tuples_returned(indexrelid)) FROM pg_catalog.pg_index WHERE indrelid = \'rendezvous.runs\'::regclass'
+SELECT count(*) AS burst FROM rendezvous.spawn_runs('acme', (SELECT array_agg('burst'::text) FROM generate_series(1, 5000)));
+BEGIN;
+SET LOCAL plan_cache_mode = force_custom_plan;
+SAVEPOINT claim;
+:index_reads \gset before_
+SELECT count(*) = 100 AS custom_claim_takes_100 FROM rendezvous.claim_runs('worker-a', 100, '30 s', ARRAY['burst'], '0 s');
+SELECT sum - :before_sum <= 2 * (4 * 100 + 1000) + 100 AS custom_claim_reads_its_walk FROM (:index_reads) r(sum);
+ROLLBACK TO claim;
+SET LOCAL plan_cache_mode = force_generic_plan;
+:index_reads \gset before_
+SELECT count(*) = 100 AS generic_claim_takes_100 FROM rendezvous.claim_runs('worker-a', 100, '30 s', ARRAY['burst'], '0 s');
+SELECT sum - :before_sum <= 2 * (4 * 100 + 1000) + 100 AS generic_claim_reads_its_walk FROM (:index_reads) r(sum);
+ROLLBACK;
+BEGIN;
+CREATE TEMP TABLE burst_claims AS
+SELECT run_id, token FROM rendezvous.claim_runs('worker-a', 5000, '30 s', ARRAY['burst'], '0 s');
+SELECT count(*) AS held_by_one_host FROM burst_claims;
+SELECT array_agg(run_id ORDER BY run_id DESC) AS ids, array_agg(token ORDER BY run_id DESC) AS tokens
+  FROM (SELECT * FROM burst_claims ORDER BY run_id LIMIT 100) b \gset burst_
+SET LOCAL plan_cache_mode = force_custom_plan;
+SAVEPOINT batch;
+:index_reads \gset before_
+SELECT bool_and(completed) AND count(*) = 100 AS custom_batch_completes
+  FROM rendezvous.complete_runs(:'burst_ids', :'burst_tokens');
+SELECT bool_and(completed) AND count(*) = 100 AS custom_repeat_answers_true
+  FROM rendezvous.complete_runs(:'burst_ids', :'burst_tokens');
+SELECT sum - :before_sum <= 24 * 100 AS custom_batch_reads_its_runs FROM (:index_reads) r(sum);
+ROLLBACK TO batch;
+SET LOCAL plan_cache_mode = force_generic_plan;
+:index_reads \gset before_
+SELECT bool_and(completed) AND count(*) = 100 AS generic_batch_completes
+  FROM rendezvous.complete_runs(:'burst_ids', :'burst_tokens');
+SELECT bool_and(completed) AND count(*) = 100 AS generic_repeat_answers_true
+  FROM rendezvous.complete_runs(:'burst_ids', :'burst_tokens');
+SELECT sum - :before_sum <= 24 * 100 AS generic_batch_reads_its_runs FROM (:index_reads) r(sum);
+ROLLBACK;
+RESET ROLE;
+DELETE FROM rendezvous.runs WHERE workflow_ref IN ('burst', 'history');
+SET ROLE rendezvous_regress_worker;
+
 -- Cancelling is an admin's; a cancelled run never runs, and its holder's token is refused.
 SELECT run_id AS doomed FROM rendezvous.spawn_run('acme', 'doomed') \gset
 SELECT token AS doomed_token FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['doomed'], '0 s') \gset
