@@ -72,15 +72,16 @@ pub struct Database {
 /// How a [`Database`] uses TLS.
 #[derive(Clone)]
 enum Tls {
-    /// libpq's settings: the connector is made for each connection, so files are read then
-    /// (a rotated root certificate is picked up by the next connection, as with libpq).
+    /// libpq's settings: the process's connector for them is made again whenever a file it
+    /// reads changed, so a rotated root certificate is picked up by the next connection, as
+    /// with libpq.
     Settings(TlsSettings),
     /// A connector of the caller's own: TLS is required.
     Connector(MakeTlsConnector),
 }
 
 /// libpq's `sslmode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SslMode {
     /// No TLS.
     Disable,
@@ -127,7 +128,7 @@ impl SslMode {
 
 /// libpq's TLS settings, by their libpq names (see the [module docs](self) for what each
 /// means and its default). `TlsSettings::default()` is what a URL without any means.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct TlsSettings {
     /// `sslmode`; `None` is `prefer`, or `verify-full` with `sslrootcert=system`.
     pub mode: Option<SslMode>,
@@ -204,13 +205,13 @@ impl Database {
     /// `key=value` form), with the TLS settings as libpq reads them. A bad URL is reported
     /// when connecting, as [`Error::InvalidArgument`].
     pub fn from_url(url: &str) -> Database {
-        Database { inner: url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))) }
+        Database::new(url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))))
     }
 
     /// From settings of your own and libpq's TLS settings (the config's own `ssl_mode` is
     /// not used: `tls.mode` decides).
     pub fn with_tls(config: tokio_postgres::Config, tls: TlsSettings) -> Database {
-        Database { inner: tls.effective_mode().map(|_| (config, Tls::Settings(tls))) }
+        Database::new(tls.effective_mode().map(|_| (config, Tls::Settings(tls))))
     }
 
     /// From settings and an OpenSSL connector of your own ([`postgres_openssl`] is
@@ -220,7 +221,11 @@ impl Database {
         if config.get_ssl_mode() == DriverMode::Prefer {
             config.ssl_mode(DriverMode::Require);
         }
-        Database { inner: Ok((config, Tls::Connector(tls))) }
+        Database::new(Ok((config, Tls::Connector(tls))))
+    }
+
+    fn new(inner: std::result::Result<(tokio_postgres::Config, Tls), String>) -> Database {
+        Database { inner }
     }
 
     /// The settings, or why the URL was refused.
@@ -287,7 +292,7 @@ fn connector_for(config: &tokio_postgres::Config, tls: &Tls) -> Result<(MakeTlsC
             } else {
                 s.effective_mode().map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?
             };
-            (tls::connector(s, mode)?, Some(mode))
+            (tls::ConnectorCache::shared().get(s, mode)?, Some(mode))
         }
     })
 }
