@@ -88,16 +88,16 @@ $$;
 -- planner may not scan and sort the table instead: with statistics taken before a burst was
 -- admitted or a workflow first used, it expects one such run and judges the scan cheaper, and
 -- then every claim reads every run, history included.
-CREATE FUNCTION rendezvous._runs_walk(now_ timestamptz, workflow_refs text[], n integer,
-                                      OUT run_ids bigint[], OUT runnable_ats timestamptz[])
+CREATE FUNCTION rendezvous._runs_walk(now_ timestamptz, workflow_refs text[], n integer)
+RETURNS TABLE (run_ids bigint[], runnable_ats timestamptz[])
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_sort = off
 AS $$
 BEGIN
+    RETURN QUERY
     SELECT coalesce(array_agg(h.run_id), '{}'), coalesce(array_agg(h.runnable_at), '{}')
-      INTO run_ids, runnable_ats
       FROM (SELECT h.run_id, h.runnable_at FROM rendezvous.runs h
              WHERE h.state = 'pending' AND h.runnable_at <= _runs_walk.now_
                AND (_runs_walk.workflow_refs IS NULL OR h.workflow_ref = ANY (_runs_walk.workflow_refs))
