@@ -131,9 +131,7 @@ DECLARE
     weights double precision[];
     walk bigint[];
     walk_at timestamptz[];
-    candidates refcursor;
-    next_run bigint;
-    picked bigint[] := '{}'::bigint[];
+    picked bigint[];
     claimed integer;
 BEGIN
     PERFORM rendezvous._check_host_id(claim_runs.host_id);
@@ -170,31 +168,27 @@ BEGIN
         weights := '{}';
     END IF;
     -- The walked runs this host may take now (by rank and the age the walk read), locked in the
-    -- walk's order through a cursor that stops once max are locked (FOR UPDATE SKIP LOCKED:
-    -- never waiting for a claimer). The rank test reads only the walk's columns, so it runs
-    -- once per walked run and never on other rows, and each run is then found by its id and
-    -- runnable time, one probe per walked run: a lateral subquery, so that no plan joins the
-    -- walk to every pending run (with statistics taken before a burst was admitted, the
-    -- planner expected one pending run, and a claim materialized and compared 100,000 of
-    -- them: 477 ms). A run whose runnable time changed since the walk (claimed, failed and
+    -- walk's order until max are locked (FOR UPDATE SKIP LOCKED: never waiting for a claimer;
+    -- the limit stops the walk, and each walked run is probed and locked only when reached).
+    -- The rank test reads only the walk's columns, so it runs once per walked run and never on
+    -- other rows, and each run is then found by its id and runnable time, one probe per walked
+    -- run: a lateral subquery, so that no plan joins the walk to every pending run (with
+    -- statistics taken before a burst was admitted, the planner expected one pending run, and
+    -- a claim materialized and compared 100,000 of them: 477 ms). One statement, not a cursor
+    -- fetched row by row. A run whose runnable time changed since the walk (claimed, failed and
     -- queued again meanwhile) waits for the next claim's walk, which judges it by its new age.
-    OPEN candidates FOR
-        SELECT t.run_id FROM unnest(walk, walk_at) WITH ORDINALITY AS w(run_id, runnable_at, ord)
-         CROSS JOIN LATERAL (SELECT r.run_id FROM rendezvous.runs r
-                              WHERE r.run_id = w.run_id AND r.runnable_at = w.runnable_at AND r.state = 'pending'
-                                FOR UPDATE SKIP LOCKED) t
-         WHERE cardinality(hosts) = 0 OR claim_runs.grace = interval '0'
-            OR w.runnable_at <= now_ - claim_runs.grace * cardinality(hosts)
-            OR rendezvous._rank_within('run:' || w.run_id, hosts, weights, claim_runs.host_id,
-                   least(floor(extract(epoch FROM now_ - w.runnable_at) / extract(epoch FROM claim_runs.grace)),
-                         1e15)::bigint)
-         ORDER BY w.ord;
-    WHILE cardinality(picked) < claim_runs.max LOOP
-        FETCH candidates INTO next_run;
-        EXIT WHEN NOT FOUND;
-        picked := picked || next_run;
-    END LOOP;
-    CLOSE candidates;
+    SELECT coalesce(array_agg(c.run_id ORDER BY c.ord), '{}') INTO picked
+      FROM (SELECT t.run_id, w.ord FROM unnest(walk, walk_at) WITH ORDINALITY AS w(run_id, runnable_at, ord)
+             CROSS JOIN LATERAL (SELECT r.run_id FROM rendezvous.runs r
+                                  WHERE r.run_id = w.run_id AND r.runnable_at = w.runnable_at AND r.state = 'pending'
+                                    FOR UPDATE SKIP LOCKED) t
+             WHERE cardinality(hosts) = 0 OR claim_runs.grace = interval '0'
+                OR w.runnable_at <= now_ - claim_runs.grace * cardinality(hosts)
+                OR rendezvous._rank_within('run:' || w.run_id, hosts, weights, claim_runs.host_id,
+                       least(floor(extract(epoch FROM now_ - w.runnable_at) / extract(epoch FROM claim_runs.grace)),
+                             1e15)::bigint)
+             ORDER BY w.ord
+             LIMIT claim_runs.max) c;
     RETURN QUERY
         WITH claimed AS (
             UPDATE rendezvous.runs r
