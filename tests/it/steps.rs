@@ -177,8 +177,16 @@ async fn holders_killed_mid_step_repeat_no_recorded_step_and_write_exactly_once(
         .unwrap();
     let mut steady = agent(&db.url, "steady").await;
     let mut victim = agent(&db.url, "victim").await;
+    // Attempts enough for every kill: a kill ends an attempt of each run the victim holds,
+    // queued ones included, and under load one run can be held (queued) at several kills. The
+    // kills are under test here, not the retry budget (3 attempts failed a few runs for good
+    // when the suite ran beside it).
+    let policy = RetryPolicy { max_attempts: 20, backoff: Duration::from_millis(10) };
     for i in 0..RUNS {
-        spawn_run(&client, "acme", "agent", &json!({ "i": i }), Some(&format!("ask-{i}"))).await.unwrap();
+        let key = format!("ask-{i}");
+        runs::spawn_run_with_policy(&client, "acme", "agent", &json!({ "i": i }), Some(&key), policy)
+            .await
+            .unwrap();
     }
     let mut held_at_kills = 0;
     for round in 0..8u64 {
