@@ -8,8 +8,9 @@
 //! connections up). A rule names both ends' ports, never the local port alone: the kernel
 //! gives the same local port to another process's connection to another server, and a rule on
 //! that port alone would silently cut it too (a test beside a fleet's chaos waited 127 s for
-//! a connection whose SYN such a rule dropped). Healing removes the rules and moves the process back, and its connections
-//! go on where they stopped. Needs root, iptables and a writable cgroup2 hierarchy.
+//! a connection whose SYN such a rule dropped). Healing removes the rules and moves the
+//! process back, and its connections go on where they stopped. Needs root, iptables and a
+//! writable cgroup2 hierarchy.
 use std::path::PathBuf;
 
 /// Where the cgroup2 hierarchy is mounted (`/sys/fs/cgroup` on a pure v2 system,

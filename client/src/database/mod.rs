@@ -205,13 +205,13 @@ impl Database {
     /// `key=value` form), with the TLS settings as libpq reads them. A bad URL is reported
     /// when connecting, as [`Error::InvalidArgument`].
     pub fn from_url(url: &str) -> Database {
-        Database::new(url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))))
+        Database { inner: url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))) }
     }
 
     /// From settings of your own and libpq's TLS settings (the config's own `ssl_mode` is
     /// not used: `tls.mode` decides).
     pub fn with_tls(config: tokio_postgres::Config, tls: TlsSettings) -> Database {
-        Database::new(tls.effective_mode().map(|_| (config, Tls::Settings(tls))))
+        Database { inner: tls.effective_mode().map(|_| (config, Tls::Settings(tls))) }
     }
 
     /// From settings and an OpenSSL connector of your own ([`postgres_openssl`] is
@@ -221,11 +221,7 @@ impl Database {
         if config.get_ssl_mode() == DriverMode::Prefer {
             config.ssl_mode(DriverMode::Require);
         }
-        Database::new(Ok((config, Tls::Connector(tls))))
-    }
-
-    fn new(inner: std::result::Result<(tokio_postgres::Config, Tls), String>) -> Database {
-        Database { inner }
+        Database { inner: Ok((config, Tls::Connector(tls))) }
     }
 
     /// The settings, or why the URL was refused.

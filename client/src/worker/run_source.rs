@@ -125,9 +125,10 @@ impl Pace {
         let (since, started_then, rate) = *sample;
         let elapsed = since.elapsed();
         let started = self.started.load(Ordering::Relaxed);
-        let many = started.saturating_sub(started_then) >= 2 * slots as u64;
+        let since_sample = started.saturating_sub(started_then);
+        let many = since_sample >= 2 * slots as u64;
         if elapsed >= PACE_SAMPLE || (many && elapsed >= PACE_SAMPLE_MIN) {
-            let now_rate = started.saturating_sub(started_then) as f64 / elapsed.as_secs_f64();
+            let now_rate = since_sample as f64 / elapsed.as_secs_f64();
             let rate = if rate == 0.0 { now_rate } else { (rate + now_rate) / 2.0 };
             *sample = (Instant::now(), started, rate);
         }
