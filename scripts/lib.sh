@@ -20,6 +20,18 @@ use_pg_major() {
   export PG_MAJOR PG_CONFIG
 }
 
+# The directories a major's PostgreSQL lives in (its pg_config is $1): the one holding bin/ and
+# lib/, the share directory and the server headers' (one directory for a relocatable build
+# such as the wheels', three on Debian's layout).
+pg_tree_roots() {
+  local root roots=() r
+  for root in "$(dirname "$("$1" --bindir)")" "$("$1" --sharedir)" "$(dirname "$("$1" --includedir-server)")"; do
+    for r in "${roots[@]}"; do [[ "$root" == "$r" || "$root" == "$r"/* ]] && continue 2; done
+    roots+=("$root")
+  done
+  printf '%s\n' "${roots[@]}"
+}
+
 # The one place the scripts choose PostgreSQL: every program comes from `$PG_CONFIG --bindir`.
 # Exported, so that the rendezvous command (which reads PG_CONFIG too) uses the same one. An
 # outside PG_CONFIG (your own PostgreSQL) is kept, and its major read from it.

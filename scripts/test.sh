@@ -16,14 +16,65 @@
 #      on 15, also the integration tests against the portable edition, and the CLI's tests (a
 #      short `rendezvous fleet --chaos` that must PASS, the fleet across a pg_auto_failover
 #      failover, TLS, the dashboard)
-# Every cluster it starts is stopped and removed on exit, failure included.
+# Every cluster it starts is stopped and removed on exit, failure included. Every build it
+# installs goes into a private copy of each major's PostgreSQL under target/postgresql/, never
+# into the system's (checked at the end).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
 
+# The private copies: target/postgresql/<major>/ followed by the original absolute paths.
+# PostgreSQL finds its share, lib and include directories relative to its own binaries, so a
+# copy that keeps their layout is an installation of its own, whose pg_config names it.
+PRIVATE_PG_DIR=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/postgresql
+
+private_pg_config_of() { echo "$PRIVATE_PG_DIR/$1$(pg_config_of "$1")"; }
+
+# Makes major $1's private copy, or makes it again when the system's tree changed (a minor
+# upgrade, a new extension package). Our own files in the system's tree are not copied.
+private_pg_tree() {
+  local dest=$PRIVATE_PG_DIR/$1 roots root stamp tmp
+  mapfile -t roots < <(pg_tree_roots "$(pg_config_of "$1")")
+  stamp=$(find "${roots[@]}" ! -type d ! -name '*rendezvous*' -printf '%p %s %T@\n' | sort | sha256sum)
+  [ "$(cat "$dest/.made-from" 2>/dev/null)" != "$stamp" ] || return 0
+  log "PostgreSQL $1: a private copy of ${roots[*]} in $dest"
+  tmp=$dest.new.$$
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  tar -C / -cf - "${roots[@]#/}" | tar -C "$tmp" -xpf -
+  find "$tmp" ! -type d -name '*rendezvous*' -delete
+  echo "$stamp" >"$tmp/.made-from"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(private_pg_config_of "$1")"; then
+    echo "the postgres OS user cannot reach $dest: clone into a directory every user can" \
+         "read, or set CARGO_TARGET_DIR to one" >&2
+    exit 1
+  fi
+}
+
+# pgrx's configuration naming the private copies (`cargo pgrx test` installs into and runs the
+# pg_config it names). Written only when it changes: pgrx-pg-sys is built again when it does.
+use_private_pgrx_home() {
+  local major config="[configs]"
+  PGRX_HOME=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/pgrx-home
+  for major in "${PG_MAJORS_ALL[@]}"; do config+=$'\n'"pg$major = \"$(private_pg_config_of "$major")\""; done
+  mkdir -p "$PGRX_HOME"
+  [ "$(cat "$PGRX_HOME/config.toml" 2>/dev/null)" = "$config" ] || echo "$config" >"$PGRX_HOME/config.toml"
+  export PGRX_HOME
+}
+
 main() {
-  local majors=("$@")
+  local majors=("$@") major system_trees=()
   "$ROOT_DIR/scripts/setup.sh"
+  for major in "${PG_MAJORS_ALL[@]}"; do
+    private_pg_tree "$major"
+    mapfile -t -O "${#system_trees[@]}" system_trees < <(pg_tree_roots "$(pg_config_of "$major")")
+  done
+  use_private_pgrx_home
+  # The system's trees must not change from here on (checked at the end).
+  SYSTEM_MARK=$(mktemp)
+  trap 'rm -f "$SYSTEM_MARK"' EXIT
 
   log "style: cargo fmt --check, cargo clippy -D warnings"
   cargo fmt --all -- --check
@@ -50,6 +101,15 @@ main() {
   for major in "${majors[@]}"; do
     major_leg "$major"
   done
+
+  log "the system's PostgreSQL trees are as they were (${system_trees[*]})"
+  local changed
+  changed=$(find "${system_trees[@]}" \( -newer "$SYSTEM_MARK" -o -cnewer "$SYSTEM_MARK" \) -print | sed -n 1,20p)
+  if [ -n "$changed" ]; then
+    echo "the test run changed the system's PostgreSQL (or something else did meanwhile):" >&2
+    echo "$changed" >&2
+    exit 1
+  fi
   log "all tests passed on PostgreSQL ${majors[*]}"
 }
 
@@ -57,19 +117,20 @@ main() {
 # SQL, upgrade and integration layers against a throwaway cluster of it.
 major_leg() {
   use_pg_major "$1"
+  PG_CONFIG=$(private_pg_config_of "$1")
   log "PostgreSQL $1: $("$PG_CONFIG" --version) ($PG_CONFIG)"
 
   log "extension #[pg_test]s on PostgreSQL $PG_MAJOR"
   pgrx_data=$(mktemp -d /var/tmp/rendezvous-pgrx.XXXXXX)
-  trap 'rm -rf "$pgrx_data"' EXIT
+  trap 'rm -rf "$pgrx_data" "$SYSTEM_MARK"' EXIT
   runas=()
   if [ "$(id -u)" = 0 ]; then
     chown postgres: "$pgrx_data"
     runas=(--runas postgres)
   fi
-  # `cargo pgrx test` installs its test build with `cp`, which rewrites an existing file in
-  # place: a server that has pg_rendezvous.so loaded would crash (SIGBUS). Unlink it first, so
-  # cp writes a new file and running servers keep the one they mapped.
+  # `cargo pgrx test` installs its test build into the private copy with `cp`, which rewrites an
+  # existing file in place: a server that has pg_rendezvous.so loaded would crash (SIGBUS).
+  # Unlink it first, so cp writes a new file and running servers keep the one they mapped.
   as_root rm -f "$("$PG_CONFIG" --pkglibdir)/pg_rendezvous.so"
   (cd extension && cargo pgrx test "pg$PG_MAJOR" "${runas[@]}" --pgdata "$pgrx_data/data")
   rm -rf "$pgrx_data"
