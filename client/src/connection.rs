@@ -265,7 +265,7 @@ pub(crate) struct Watched {
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
 pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
-    let (client, mut connection) = database.open(application_name).await?;
+    let (client, mut connection, permit) = database.open(application_name).await?;
     // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
     // at the start and whenever they change). A connection made to a read-write server that
     // turns read-only (a primary fenced or demoted by a failover tool, while it stays up) is
@@ -347,8 +347,11 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         }
         if turned_read_only {
             tracing::warn!("the server stopped taking writes (fenced or demoted): closing this connection to connect again");
-            drop(connection);
         }
+        // Closed here (its socket with it), and only then its place in the host's budget given
+        // back: a connection made again never overlaps the one it replaces.
+        drop(connection);
+        drop(permit);
         if let Some(p) = pid.or_else(|| pid_rx.try_recv().ok()) {
             replication::forget(p);
         }

@@ -150,14 +150,33 @@ impl std::fmt::Debug for Pool {
     }
 }
 
-/// A connection taken from a [`Pool`]; it goes back when dropped. Use it as a
-/// [`tokio_postgres::Client`] (`&*conn` where a function takes `&impl GenericClient`,
-/// `conn.transaction()` for a transaction).
-pub struct PooledClient(managed::Object<Manager>);
+/// A connection taken from a [`Pool`]; it goes back when dropped (or is closed then, when
+/// another connection waits for a place in its [`Database`]'s
+/// [cap](Database::with_max_connections)). Use it as a [`tokio_postgres::Client`] (`&*conn`
+/// where a function takes `&impl GenericClient`, `conn.transaction()` for a transaction).
+pub struct PooledClient(Option<managed::Object<Manager>>);
+
+impl PooledClient {
+    fn object(&self) -> &managed::Object<Manager> {
+        self.0.as_ref().expect("a PooledClient holds its connection until dropped")
+    }
+}
+
+impl Drop for PooledClient {
+    fn drop(&mut self) {
+        let Some(object) = self.0.take() else { return };
+        let contended = managed::Object::pool(&object)
+            .is_some_and(|pool| pool.manager().database.budget().is_some_and(|b| b.contended()));
+        if contended {
+            // Out of the pool and closed: its place in the budget goes to the waiting one.
+            drop(managed::Object::take(object));
+        }
+    }
+}
 
 impl std::fmt::Debug for PooledClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PooledClient").field("closed", &self.0.is_closed()).finish()
+        f.debug_struct("PooledClient").field("closed", &self.object().is_closed()).finish()
     }
 }
 
@@ -165,13 +184,13 @@ impl std::ops::Deref for PooledClient {
     type Target = tokio_postgres::Client;
 
     fn deref(&self) -> &tokio_postgres::Client {
-        &self.0
+        self.object()
     }
 }
 
 impl std::ops::DerefMut for PooledClient {
     fn deref_mut(&mut self) -> &mut tokio_postgres::Client {
-        &mut self.0
+        self.0.as_mut().expect("a PooledClient holds its connection until dropped")
     }
 }
 
@@ -207,13 +226,24 @@ impl Pool {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| Error::InvalidArgument(format!("connection pool: {e}")))?;
+        if let Some(budget) = inner.manager().database.budget() {
+            // Its idle connections make way for a connection waiting for a place in the cap.
+            let weak = inner.weak();
+            budget.add_pool(move || match weak.upgrade() {
+                Some(pool) => {
+                    pool.retain(|_, _| false);
+                    true
+                }
+                None => false,
+            });
+        }
         Ok(Pool { inner, options })
     }
 
     /// A live connection: an idle one, or a new one when none is idle and fewer than
     /// `max_size` are open. Waits up to `wait_timeout` when all are in use.
     pub async fn get(&self) -> Result<PooledClient> {
-        self.inner.get().await.map(PooledClient).map_err(|e| match e {
+        self.inner.get().await.map(|o| PooledClient(Some(o))).map_err(|e| match e {
             managed::PoolError::Backend(e) => e,
             managed::PoolError::Timeout(_) => Error::PoolUnavailable(format!(
                 "all {} connections stayed in use for {:?} (raise PoolOptions::max_size, or hold connections for less time)",

@@ -116,3 +116,159 @@ async fn a_pool_says_when_every_connection_stays_in_use() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// Sessions of each host (`host-0` …) open now, by the application names the client gives them.
+async fn sessions_per_host(admin: &tokio_postgres::Client, hosts: usize) -> Option<Vec<i64>> {
+    let row = admin
+        .query_one(
+            "SELECT array_agg((SELECT count(*) FROM pg_catalog.pg_stat_activity
+                                WHERE application_name LIKE '% host-' || h || '%') ORDER BY h)
+               FROM generate_series(0, $1 - 1) AS h",
+            &[&(hosts as i32)],
+        )
+        .await
+        .ok()?;
+    Some(row.get(0))
+}
+
+/// #41: a host whose pieces share one capped `Database` never holds more sessions than the
+/// cap: not while its handlers want more connections than it allows, nor while every piece
+/// connects again after a server restart. Three hosts, each a Worker (8 handlers that each
+/// hold a job connection) and a leader elector under a cap of 6; the server's own count of
+/// each host's sessions is sampled throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn capped_hosts_stay_under_their_cap_through_a_server_restart() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use rendezvous_client::database::Database;
+    use rendezvous_client::{Job, LeaderElector, LeaderOptions, Worker, WorkerOptions};
+
+    const HOSTS: usize = 3;
+    const CAP: usize = 6;
+    let cluster = Cluster::start().await.unwrap();
+    let url = cluster.url();
+    let admin = rendezvous_tests::connect(&url).await;
+    admin.batch_execute("CREATE TABLE done (run_id bigint PRIMARY KEY)").await.unwrap();
+
+    // A Worker needs 4 of its own at least (control, side, retention, a job's): fewer is refused.
+    let refused = Worker::builder(Database::from_url(&url).with_max_connections(3), "host-x")
+        .workflow("w", |_job: Job| async { Ok::<(), String>(()) })
+        .start()
+        .await;
+    assert!(
+        matches!(refused, Err(Error::InvalidArgument(ref m)) if m.contains("max_connections")),
+        "{refused:?}"
+    );
+
+    let mut workers = Vec::new();
+    let mut electors = Vec::new();
+    for h in 0..HOSTS {
+        let host = format!("host-{h}");
+        let db = Database::from_url(&url).with_max_connections(CAP);
+        let options = WorkerOptions::default()
+            .with_max_concurrent(8)
+            .with_poll(Duration::from_millis(100))
+            .with_call_timeout(Duration::from_secs(3));
+        let worker = Worker::builder(&db, host.as_str())
+            .options(options)
+            .workflow("hold", |job: Job| async move {
+                let client = job.client().await.map_err(|e| e.to_string())?;
+                client.execute("SELECT pg_sleep(0.02)", &[]).await.map_err(|e| e.to_string())?;
+                client
+                    .execute(
+                        "INSERT INTO done VALUES ($1) ON CONFLICT DO NOTHING",
+                        &[&job.run().expect("a run").run_id],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<(), String>(())
+            })
+            .start()
+            .await
+            .unwrap();
+        workers.push(worker);
+        electors.push(LeaderElector::start(&db, "capped", &host, LeaderOptions::default()).await.unwrap());
+    }
+
+    // The server's count of each host's sessions, every 10 ms, also across the restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = tokio::spawn({
+        let (stop, url) = (stop.clone(), url.clone());
+        async move {
+            let mut most = vec![0i64; HOSTS];
+            let mut samples = 0;
+            let mut admin = None;
+            while !stop.load(Ordering::SeqCst) {
+                if admin.as_ref().is_none_or(|c: &tokio_postgres::Client| c.is_closed()) {
+                    admin = rendezvous_client::connect(&url).await.ok();
+                }
+                if let Some(counts) = match &admin {
+                    Some(c) => sessions_per_host(c, HOSTS).await,
+                    None => None,
+                } {
+                    for (m, c) in most.iter_mut().zip(counts) {
+                        *m = (*m).max(c);
+                    }
+                    samples += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (most, samples)
+        }
+    });
+
+    let admit = |from: usize, n: usize| {
+        let url = url.clone();
+        async move {
+            let client = rendezvous_tests::connect(&url).await;
+            for i in from..from + n {
+                spawn_run(&client, "acme", "hold", &serde_json::json!({}), Some(&format!("k-{i}")))
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let done = |n: i64| {
+        let url = url.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                if let Ok(client) = rendezvous_client::connect(&url).await {
+                    if let Ok(row) = client.query_one("SELECT count(*) FROM done", &[]).await {
+                        if row.get::<_, i64>(0) >= n {
+                            return;
+                        }
+                    }
+                }
+                assert!(started.elapsed() < Duration::from_secs(60), "the runs did not all finish");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    admit(0, 300).await;
+    done(150).await;
+    // A restart while handlers run: every session ends, and every piece connects again.
+    drop(admin);
+    cluster.restart().unwrap();
+    admit(300, 300).await;
+    done(600).await;
+
+    stop.store(true, Ordering::SeqCst);
+    let (most, samples) = sampler.await.unwrap();
+    assert!(samples > 100, "only {samples} samples");
+    for (h, &m) in most.iter().enumerate() {
+        assert!(
+            m <= CAP as i64,
+            "host-{h} held {m} sessions, over its cap of {CAP} (most per host: {most:?})"
+        );
+    }
+    // The cap bound: 8 handlers holding connections would take 13 sessions a host without it.
+    assert!(most.contains(&(CAP as i64)), "no host reached its cap: {most:?}");
+    for e in electors {
+        e.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    for w in workers {
+        w.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+}

@@ -36,10 +36,12 @@
 //! (DNS name or IP address) must match; without such entries, the CN must. A wildcard is a
 //! leading `*.` and matches one label. Unlike libpq, environment variables (`PGSSLMODE`, …)
 //! are not read.
+mod budget;
 mod tls;
 mod url;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use postgres_openssl::MakeTlsConnector;
 use tokio_postgres::config::{Host, SslMode as DriverMode};
@@ -67,7 +69,11 @@ use crate::{Error, Result};
 #[derive(Clone)]
 pub struct Database {
     inner: std::result::Result<(tokio_postgres::Config, Tls), String>,
+    /// The cap on sessions, shared by the clones ([`with_max_connections`](Self::with_max_connections)).
+    budget: Option<Arc<budget::Budget>>,
 }
+
+pub(crate) use budget::Permit;
 
 /// How a [`Database`] uses TLS.
 #[derive(Clone)]
@@ -194,6 +200,7 @@ impl std::fmt::Debug for Database {
                         Tls::Connector(_) => &"a connector of the caller's",
                     },
                 )
+                .field("max_connections", &self.max_connections())
                 .finish_non_exhaustive(),
             Err(e) => f.debug_struct("Database").field("error", e).finish(),
         }
@@ -205,13 +212,13 @@ impl Database {
     /// `key=value` form), with the TLS settings as libpq reads them. A bad URL is reported
     /// when connecting, as [`Error::InvalidArgument`].
     pub fn from_url(url: &str) -> Database {
-        Database { inner: url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))) }
+        Database { inner: url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))), budget: None }
     }
 
     /// From settings of your own and libpq's TLS settings (the config's own `ssl_mode` is
     /// not used: `tls.mode` decides).
     pub fn with_tls(config: tokio_postgres::Config, tls: TlsSettings) -> Database {
-        Database { inner: tls.effective_mode().map(|_| (config, Tls::Settings(tls))) }
+        Database { inner: tls.effective_mode().map(|_| (config, Tls::Settings(tls))), budget: None }
     }
 
     /// From settings and an OpenSSL connector of your own ([`postgres_openssl`] is
@@ -221,7 +228,44 @@ impl Database {
         if config.get_ssl_mode() == DriverMode::Prefer {
             config.ssl_mode(DriverMode::Require);
         }
-        Database { inner: Ok((config, Tls::Connector(tls))) }
+        Database { inner: Ok((config, Tls::Connector(tls))), budget: None }
+    }
+
+    /// Caps the server sessions opened through this `Database` and its clones at `max`, so a
+    /// host that builds every piece from clones of it (its [`Worker`](crate::Worker),
+    /// [`LeaderElector`](crate::LeaderElector)s, [`Membership`](crate::Membership),
+    /// [`Pool`](crate::Pool)s, [`connect`](crate::connect)) never holds more, reconnecting after
+    /// a restart or a failover included: a connection counts from before it is opened until
+    /// its socket is closed. A connection past the cap waits until one ends, within its
+    /// piece's connect timeout; pools close their idle connections for it first, and close
+    /// the ones handed back while it waits. docs/operations.md ("Connection budget") says how
+    /// many each piece takes. `max` 0 is refused when connecting ([`Error::InvalidArgument`]).
+    ///
+    /// ```
+    /// use rendezvous_client::database::Database;
+    ///
+    /// // A Worker takes 3 sessions and its jobs', a leader group 1: 8 leaves 4 for jobs.
+    /// let db = Database::from_url("postgres://app@db.internal/app").with_max_connections(8);
+    /// assert_eq!(db.max_connections(), Some(8));
+    /// assert_eq!(db.clone().max_connections(), Some(8)); // the clones share the one cap
+    /// ```
+    #[must_use]
+    pub fn with_max_connections(mut self, max: usize) -> Database {
+        if max == 0 {
+            self.inner = Err("max_connections must be at least 1".into());
+        }
+        self.budget = Some(Arc::new(budget::Budget::new(max)));
+        self
+    }
+
+    /// The cap [`with_max_connections`](Self::with_max_connections) set, if any.
+    pub fn max_connections(&self) -> Option<usize> {
+        self.budget.as_ref().map(|b| b.limit())
+    }
+
+    /// The cap's shared state, if capped.
+    pub(crate) fn budget(&self) -> Option<&Arc<budget::Budget>> {
+        self.budget.as_ref()
     }
 
     /// The settings, or why the URL was refused.
@@ -234,9 +278,17 @@ impl Database {
 
     /// Opens a connection as libpq would with these settings (`allow` and `prefer` retry
     /// once the other way, TLS is not used over Unix sockets), naming the session
-    /// `application_name` unless the settings name it.
-    pub(crate) async fn open(&self, application_name: &str) -> Result<(tokio_postgres::Client, Connection)> {
+    /// `application_name` unless the settings name it. With a cap, waits for a place in it
+    /// first: the permit returned is the connection's, to be dropped after it has ended.
+    pub(crate) async fn open(
+        &self,
+        application_name: &str,
+    ) -> Result<(tokio_postgres::Client, Connection, Option<Permit>)> {
         let (config, tls) = self.parts()?;
+        let permit = match &self.budget {
+            Some(budget) => Some(budget.take().await),
+            None => None,
+        };
         let mut config = config.clone();
         if config.get_application_name().is_none() {
             config.application_name(application_name);
@@ -263,7 +315,8 @@ impl Database {
             },
             Some(_) => attempt(&config, DriverMode::Require).await,
         };
-        result.map_err(Error::Connect)
+        let (client, connection) = result.map_err(Error::Connect)?;
+        Ok((client, connection, permit))
     }
 
     /// Asks the server to cancel what a connection these settings opened is running (a

@@ -132,6 +132,16 @@ impl WorkerBuilder {
                 o.run_lease
             )));
         }
+        // The control loop, the side connection, retention's when it is on, and one job's: with
+        // fewer a capped host would wait for a connection that never ends.
+        let needs = 3 + usize::from(o.retention.is_some());
+        if let Some(max) = self.database.max_connections().filter(|&max| max < needs) {
+            return Err(Error::InvalidArgument(format!(
+                "the database's max_connections ({max}) is below the {needs} sessions a Worker needs to make \
+                 progress: its control loop, side connection, {}and one job's",
+                if o.retention.is_some() { "retention pass, " } else { "" }
+            )));
+        }
         let application_name = format!("rendezvous scheduler {}", self.host_id);
         let side = Arc::new(Session::new(
             self.database.clone(),
@@ -141,11 +151,17 @@ impl WorkerBuilder {
         let (completions, pending) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(completer::complete_in_batches(side.clone(), pending));
         let shared = Arc::new(Shared {
-            // One connection per running job at most, made on a job's first use.
+            // One connection per running job at most, made on a job's first use; under a cap,
+            // no more than the cap leaves beside the Worker's other sessions, so jobs share
+            // connections instead of closing and opening them to make way for each other.
             pool: Pool::new(
                 &self.database,
                 PoolOptions::default()
-                    .with_max_size(self.options.max_concurrent)
+                    .with_max_size(
+                        self.database
+                            .max_connections()
+                            .map_or(o.max_concurrent, |max| o.max_concurrent.min(max - (needs - 1))),
+                    )
                     .with_wait_timeout(self.options.call_timeout)
                     .with_connect_timeout(self.options.call_timeout)
                     .with_application_name(format!("{application_name} job")),
