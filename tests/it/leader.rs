@@ -81,7 +81,7 @@ async fn two_electors_one_leads_and_graceful_shutdown_hands_over_on_the_announce
 }
 
 /// A candidate in its own OS process; its stdout says `leader <epoch>` / `follower`.
-struct Process {
+pub(crate) struct Process {
     child: Child,
     lines: tokio::sync::mpsc::UnboundedReceiver<String>,
     last: String,
@@ -89,7 +89,7 @@ struct Process {
 
 impl Process {
     /// A candidate refreshing every `refresh_ms`.
-    fn spawn(url: &str, group: &str, candidate: &str, refresh_ms: u64) -> Process {
+    pub(crate) fn spawn(url: &str, group: &str, candidate: &str, refresh_ms: u64) -> Process {
         let mut child = Command::new(env!("CARGO_BIN_EXE_elector"))
             .args([url, group, candidate, &refresh_ms.to_string()])
             .stdin(Stdio::piped())
@@ -109,7 +109,7 @@ impl Process {
     }
 
     /// Waits for a `leader <epoch>` line; returns the epoch.
-    async fn wait_leader(&mut self, timeout: Duration) -> Option<i64> {
+    pub(crate) async fn wait_leader(&mut self, timeout: Duration) -> Option<i64> {
         let deadline = Instant::now() + timeout;
         while !self.last.starts_with("leader") {
             match tokio::time::timeout_at(deadline.into(), self.lines.recv()).await {
@@ -121,7 +121,7 @@ impl Process {
     }
 
     /// Waits for a `follower` line.
-    async fn wait_follower(&mut self, timeout: Duration) -> bool {
+    pub(crate) async fn wait_follower(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while self.last != "follower" {
             match tokio::time::timeout_at(deadline.into(), self.lines.recv()).await {
@@ -137,7 +137,7 @@ impl Process {
         std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
     }
 
-    fn sigkill(&mut self) {
+    pub(crate) fn sigkill(&mut self) {
         let pid = self.child.id().unwrap();
         std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     }

@@ -272,3 +272,81 @@ async fn capped_hosts_stay_under_their_cap_through_a_server_restart() {
         w.shutdown(Duration::from_secs(5)).await.unwrap();
     }
 }
+
+/// #41: through a session-mode pooler (the PgBouncer scripts/setup.sh installs, its defaults
+/// but the mode) a Worker runs its runs; a killed leader's group goes to its follower at once
+/// (PgBouncer's reset query, `DISCARD ALL`, gives the advisory lock back when the client goes);
+/// and a killed holder's run moves when its lease ends, not at once: the server session that
+/// made the claim belongs to the pooler and lives on in its pool (docs/operations.md,
+/// "Connection poolers").
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_session_mode_pooler_work_runs_and_moves() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use rendezvous_client::runs::{claim_runs, ClaimRuns};
+    use rendezvous_client::{Job, Worker, WorkerOptions};
+
+    let cluster = Cluster::start().await.unwrap();
+    let bouncer = rendezvous_tests::Pgbouncer::session_mode(&cluster, 20).await;
+    let url = bouncer.url();
+    let admin = rendezvous_tests::connect(&cluster.url()).await;
+
+    let done = Arc::new(AtomicU32::new(0));
+    let counted = done.clone();
+    let worker = Worker::builder(url.as_str(), "pooled-host")
+        .options(WorkerOptions::default().with_poll(Duration::from_millis(100)))
+        .workflow("pooled", move |_job: Job| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        spawn_run(&admin, "acme", "pooled", &serde_json::json!({}), Some(&format!("p-{i}"))).await.unwrap();
+    }
+    let started = Instant::now();
+    while done.load(Ordering::SeqCst) < 20 {
+        let n = done.load(Ordering::SeqCst);
+        assert!(started.elapsed() < Duration::from_secs(20), "{n} of 20 runs through the pooler");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    let mut p1 = crate::leader::Process::spawn(&url, "pooled", "p1", 300);
+    let first = p1.wait_leader(Duration::from_secs(10)).await.expect("p1 leads through the pooler");
+    let mut p2 = crate::leader::Process::spawn(&url, "pooled", "p2", 300);
+    assert!(p2.wait_follower(Duration::from_secs(10)).await, "p2 follows");
+    let killed = Instant::now();
+    p1.sigkill();
+    let second = p2.wait_leader(Duration::from_secs(5)).await.expect("p2 leads once p1 is gone");
+    assert!(second > first, "epoch {second} after {first}");
+    assert!(killed.elapsed() < Duration::from_secs(3), "handed over after {:?}", killed.elapsed());
+
+    const LEASE: Duration = Duration::from_secs(2);
+    let admitted = spawn_run(&admin, "acme", "held", &serde_json::json!({}), None).await.unwrap();
+    let (mut holder, run_id, token) =
+        crate::runs::claimer(&url, &["run", "held", "dead-host"], Some(LEASE)).await;
+    assert_eq!(run_id, admitted.run_id);
+    holder.start_kill().unwrap();
+    holder.wait().await.unwrap();
+    let killed = Instant::now();
+    let options = ClaimRuns { max: 10, grace: Duration::ZERO, ..Default::default() };
+    let taken = loop {
+        if let Some(claim) = claim_runs(&admin, "live-host", &options).await.unwrap().pop() {
+            break claim;
+        }
+        assert!(killed.elapsed() < LEASE + Duration::from_secs(3), "the dead holder's run never moved");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = killed.elapsed();
+    // Renewed every third of the lease until the kill: at least two thirds of it were left.
+    assert!(took > LEASE / 2, "moved after {took:?}: the pooled server session ended with the client?");
+    assert_eq!(taken.run_id, run_id);
+    assert!(taken.token > token);
+    drop((p1, p2));
+}

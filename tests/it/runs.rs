@@ -75,15 +75,19 @@ async fn sixteen_concurrent_claimers_execute_every_run_exactly_once() {
 }
 
 /// Starts `claimer` (tests/src/bin/claimer.rs) with `args` and waits until it holds its claim:
-/// the process, and the claim's run id and token.
-async fn claimer(url: &str, args: &[&str]) -> (tokio::process::Child, i64, i64) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_claimer"))
-        .arg(url)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+/// the process, and the claim's run id and token. With `lease`, the claimer renews a lease
+/// that long every third of it; without, it holds an hour's lease and never renews.
+pub(crate) async fn claimer(
+    url: &str,
+    args: &[&str],
+    lease: Option<Duration>,
+) -> (tokio::process::Child, i64, i64) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_claimer"));
+    if let Some(lease) = lease {
+        command.env("CLAIMER_LEASE_MS", lease.as_millis().to_string());
+    }
+    let mut child =
+        command.arg(url).args(args).stdout(std::process::Stdio::piped()).kill_on_drop(true).spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let line =
         tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
@@ -107,9 +111,10 @@ async fn a_killed_holders_run_and_firing_are_taken_over_within_a_second() {
         let task = format!("nightly-{round}");
         let firing = rendezvous_client::Firing::new(task.clone(), firing.fire_at);
         let admitted = spawn_run(&client, "acme", &workflow, &json!({}), None).await.unwrap();
-        let (mut run_holder, run_id, run_token) = claimer(&db.url, &["run", &workflow, "dead-host"]).await;
+        let (mut run_holder, run_id, run_token) =
+            claimer(&db.url, &["run", &workflow, "dead-host"], None).await;
         let (mut firing_holder, _, firing_token) =
-            claimer(&db.url, &["firing", &task, &secs, "dead-host"]).await;
+            claimer(&db.url, &["firing", &task, &secs, "dead-host"], None).await;
         assert_eq!(run_id, admitted.run_id);
         // Held: nobody else gets them while the holders live (an hour's lease).
         let options = ClaimRuns { max: 10, grace: Duration::ZERO, ..Default::default() };
@@ -319,7 +324,7 @@ async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
     let db = TestDb::new("runs_restart").await;
     let client = db.connect().await;
     let run = spawn_run(&client, "acme", "restart", &json!({}), None).await.unwrap();
-    let (mut old, run_id, token) = claimer(&db.url, &["run", "restart", "host-r"]).await;
+    let (mut old, run_id, token) = claimer(&db.url, &["run", "restart", "host-r"], None).await;
     assert_eq!(run_id, run.run_id);
     let pid = old.id().unwrap().to_string();
     std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap();

@@ -134,7 +134,7 @@ pub async fn following_sessions(client: &Client, group: &str) -> Vec<i32> {
         .collect()
 }
 
-/// pgbouncer in front of a cluster, in transaction pooling mode; stopped on drop.
+/// pgbouncer in front of a cluster (the one scripts/setup.sh installs); stopped on drop.
 pub struct Pgbouncer {
     child: std::process::Child,
     /// Its port.
@@ -144,20 +144,31 @@ pub struct Pgbouncer {
 impl Pgbouncer {
     /// Starts pgbouncer with `pool_mode = transaction` and `pool_size` server connections.
     pub async fn transaction_mode(cluster: &Cluster, pool_size: u32) -> Pgbouncer {
+        Pgbouncer::start(cluster, "transaction", pool_size).await
+    }
+
+    /// Starts pgbouncer with `pool_mode = session` (its default) and `pool_size` server
+    /// connections, with its other settings at their defaults.
+    pub async fn session_mode(cluster: &Cluster, pool_size: u32) -> Pgbouncer {
+        Pgbouncer::start(cluster, "session", pool_size).await
+    }
+
+    async fn start(cluster: &Cluster, mode: &str, pool_size: u32) -> Pgbouncer {
         let port = free_port();
         let dir = cluster.dir();
-        let users = dir.join("pgbouncer-users.txt");
+        let users = dir.join(format!("pgbouncer-{port}-users.txt"));
         std::fs::write(&users, "\"postgres\" \"\"\n").unwrap();
-        let ini = dir.join("pgbouncer.ini");
+        let ini = dir.join(format!("pgbouncer-{port}.ini"));
+        let log = dir.join(format!("pgbouncer-{port}.log"));
         std::fs::write(
             &ini,
             format!(
                 "[databases]\n* = host=127.0.0.1 port={}\n\n[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {port}\n\
-                 unix_socket_dir =\nauth_type = trust\nauth_file = {}\npool_mode = transaction\n\
+                 unix_socket_dir =\nauth_type = trust\nauth_file = {}\npool_mode = {mode}\n\
                  default_pool_size = {pool_size}\nmax_client_conn = 100\nlogfile = {}\n",
                 cluster.port,
                 users.display(),
-                dir.join("pgbouncer.log").display()
+                log.display()
             ),
         )
         .unwrap();
@@ -170,7 +181,7 @@ impl Pgbouncer {
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        panic!("pgbouncer did not start (see {})", dir.join("pgbouncer.log").display());
+        panic!("pgbouncer did not start (see {})", log.display());
     }
 
     /// The URL of database `postgres` through the pooler.
