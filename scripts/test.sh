@@ -6,7 +6,7 @@
 #      present); one style: rustfmt and clippy with warnings as errors; released
 #      install/upgrade scripts unchanged
 #   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), and
-#      `cargo publish --dry-run` of the crates users depend on, once
+#      `cargo publish --dry-run` of the crates users install or depend on, once
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
 #      user); install the extension into that major, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
@@ -89,10 +89,10 @@ main() {
   log "unit tests: shared HRW crate, client, sqlgen"
   cargo test --quiet -p rendezvous-hrw -p rendezvous-client -p rendezvous-sqlgen
 
-  # The crates applications depend on must build from their packaged sources alone, with
+  # The crates users install or depend on must build from their packaged sources alone, with
   # versioned dependencies (target/package), as they would from a registry.
-  log "the crates users depend on package and build (cargo publish --dry-run)"
-  cargo publish --dry-run --quiet --allow-dirty -p rendezvous-hrw -p rendezvous-client
+  log "the published crates package and build: HRW, client, CLI (cargo publish --dry-run)"
+  cargo publish --dry-run --quiet --allow-dirty -p rendezvous-hrw -p rendezvous-client -p rendezvous-cli
 
   # Built once, before any cluster starts; this also builds the rendezvous command.
   log "building the rendezvous command, the integration tests and the CLI's tests"
