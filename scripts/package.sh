@@ -1,40 +1,116 @@
 #!/usr/bin/env bash
-# Builds installable release packages of pg_rendezvous, one per PostgreSQL major:
-#   scripts/package.sh [MAJOR ...]        (default: 15 16 17 18)
-# Each is target/packages/pg_rendezvous-<version>-pg<major>-linux-x86_64.tar.gz holding the
-# library, the control file, every install and upgrade script, and install.sh
-# (scripts/install-package.sh), which installs them into an operator's PostgreSQL of that
-# major by writing each file under a temporary name and renaming it into place. Beside them,
-# the portable edition for servers that load no library (docs/operations.md):
-# pg_rendezvous-<version>-portable.sql (psql) and pg_rendezvous-<version>-pg_tle.sql.
+# Builds installable packages of pg_rendezvous into target/packages/:
+#   scripts/package.sh [--profile dev] [MAJOR ...]     (default: release builds, 15 16 17 18)
+# For each PostgreSQL major:
+#   postgresql-<major>-pg-rendezvous_<version>_amd64.deb   a Debian package in PGDG's naming and
+#       layout (/usr/lib/postgresql/<major>/lib, /usr/share/postgresql/<major>/extension),
+#       depending on that major's server package (postgresql-<major>, as Debian and
+#       apt.postgresql.org name it) and on rendezvous-cli of the same version;
+#   pg_rendezvous-<version>-pg<major>-linux-x86_64.tar.gz  the same files with install.sh
+#       (scripts/install-package.sh), which installs them into any PostgreSQL of that major by
+#       writing each file under a temporary name and renaming it into place.
+# Once:
+#   rendezvous-cli_<version>_amd64.deb and rendezvous-<version>-linux-x86_64.tar.gz: the
+#       `rendezvous` command (/usr/bin/rendezvous), a package of its own so that packages of
+#       several majors install side by side, as PGDG's pg-auto-failover-cli;
+#   pg_rendezvous-<version>-portable.sql (psql) and pg_rendezvous-<version>-pg_tle.sql: the
+#       portable edition, for servers that load no library (docs/operations.md).
+# `--profile dev` packages the debug builds (what scripts/test_package.sh installs and checks).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
+profile=release
+if [ "${1:-}" = --profile ]; then
+  profile=${2:?--profile needs dev or release}
+  shift 2
+fi
+case "$profile" in dev | release) ;; *) echo "package.sh: --profile dev or release" >&2; exit 2 ;; esac
 majors=("$@")
 [ ${#majors[@]} -gt 0 ] || majors=("${PG_MAJORS_ALL[@]}")
 "$ROOT_DIR/scripts/setup.sh"
-mkdir -p target/packages
-rm -f target/packages/pg_rendezvous-*-portable.sql target/packages/pg_rendezvous-*-pg_tle.sql
+out_dir=target/packages
+mkdir -p "$out_dir"
+
+# deb_depends FILE...: the shared libraries' packages the files need (dpkg-shlibdeps).
+deb_depends() {
+  local dir
+  dir=$(mktemp -d)
+  mkdir "$dir/debian"
+  printf 'Source: pg-rendezvous\n\nPackage: pg-rendezvous\nArchitecture: any\n' >"$dir/debian/control"
+  (cd "$dir" && dpkg-shlibdeps -O "$@" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+  rm -rf "$dir"
+}
+
+# make_deb ROOT PACKAGE VERSION DEPENDS SUMMARY DESCRIPTION: ROOT (the files at their installed
+# paths) as $out_dir/PACKAGE_VERSION_amd64.deb.
+make_deb() {
+  local root=$1 package=$2 version=$3 depends=$4 summary=$5 description=$6
+  mkdir -p "$root/DEBIAN"
+  cat >"$root/DEBIAN/control" <<EOF
+Package: $package
+Version: $version
+Architecture: amd64
+Maintainer: pg_rendezvous developers <pg-rendezvous@users.noreply.github.com>
+Installed-Size: $(du -sk --exclude=DEBIAN "$root" | cut -f1)
+Depends: $depends
+Section: database
+Priority: optional
+Description: $summary
+$(echo "$description" | fold -s -w 78 | sed 's/^/ /; s/ *$//')
+EOF
+  dpkg-deb --root-owner-group -Zxz --build "$root" "$out_dir/${package}_${version}_amd64.deb" >/dev/null
+  log "$out_dir/${package}_${version}_amd64.deb"
+}
+
+# The rendezvous command, once.
+log "building the rendezvous command ($profile)"
+if [ "$profile" = release ]; then cargo build --quiet --release -p rendezvous-cli; else cargo build --quiet -p rendezvous-cli; fi
+cli=${CARGO_TARGET_DIR:-target}/$([ "$profile" = release ] && echo release || echo debug)/rendezvous
+version=$("$cli" --version | awk '{print $2}')
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+install -D -m 0755 "$cli" "$stage/cli/usr/bin/rendezvous"
+install -D -m 0644 README.md "$stage/cli/usr/share/doc/rendezvous-cli/README.md"
+make_deb "$stage/cli" rendezvous-cli "$version" "$(deb_depends "$stage/cli/usr/bin/rendezvous")" \
+  "the rendezvous command for pg_rendezvous" \
+  "Shows a database's coordination status (rendezvous status, dashboard, check), steers it (rendezvous admin), and runs a fleet of hosts under chaos against a throwaway PostgreSQL (rendezvous fleet, cluster run)."
+mkdir -p "$stage/tar/rendezvous-$version-linux-x86_64"
+cp "$cli" README.md "$stage/tar/rendezvous-$version-linux-x86_64/"
+tar -czf "$out_dir/rendezvous-$version-linux-x86_64.tar.gz" -C "$stage/tar" "rendezvous-$version-linux-x86_64"
+log "$out_dir/rendezvous-$version-linux-x86_64.tar.gz"
+
+rm -f "$out_dir"/pg_rendezvous-*-portable.sql "$out_dir"/pg_rendezvous-*-pg_tle.sql
 for major in "${majors[@]}"; do
   use_pg_major "$major"
-  out=$(package_extension release)
+  out=$(package_extension "$profile")
   libdir=$("$PG_CONFIG" --pkglibdir)
   extdir=$("$PG_CONFIG" --sharedir)/extension
-  version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$out$extdir/pg_rendezvous.control")
+  ext_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$out$extdir/pg_rendezvous.control")
+  [ "$ext_version" = "$version" ] || { echo "package.sh: extension $ext_version, command $version" >&2; exit 1; }
+
+  # The Debian package: PGDG's paths for this major, whatever this build's pg_config says.
+  root=$stage/pg$major
+  install -D -m 0644 "$out$libdir/pg_rendezvous.so" "$root/usr/lib/postgresql/$major/lib/pg_rendezvous.so"
+  mkdir -p "$root/usr/share/postgresql/$major/extension"
+  install -m 0644 sql/pg_rendezvous--*.sql "$root/usr/share/postgresql/$major/extension/"
+  install -m 0644 "$out$extdir"/pg_rendezvous* "$root/usr/share/postgresql/$major/extension/"
+  make_deb "$root" "postgresql-$major-pg-rendezvous" "$version" \
+    "postgresql-$major, rendezvous-cli (= $version), $(deb_depends "$root/usr/lib/postgresql/$major/lib/pg_rendezvous.so")" \
+    "coordination for a fleet of hosts through PostgreSQL $major" \
+    "pg_rendezvous: rendezvous (HRW) dispatch over a live host set, idempotent run admission by dispatch key, leader claims with fencing epochs, exactly-once firings, and runs executed exactly once. CREATE EXTENSION pg_rendezvous in each database; docs/operations.md says which roles a host needs."
+
   name=pg_rendezvous-$version-pg$major-linux-x86_64
-  stage=$(mktemp -d)
   mkdir -p "$stage/$name/lib" "$stage/$name/extension"
   cp "$out$libdir/pg_rendezvous.so" "$stage/$name/lib/"
   cp sql/pg_rendezvous--*.sql "$stage/$name/extension/"
   cp -f "$out$extdir"/pg_rendezvous* "$stage/$name/extension/"
   cp scripts/install-package.sh "$stage/$name/install.sh"
   echo "$major" >"$stage/$name/PG_MAJOR"
-  tar -czf "target/packages/$name.tar.gz" -C "$stage" "$name"
-  rm -rf "$stage"
-  log "target/packages/$name.tar.gz"
+  tar -czf "$out_dir/$name.tar.gz" -C "$stage" "$name"
+  log "$out_dir/$name.tar.gz"
   # The portable edition (no library, any major): from the first major's install script.
-  if [ ! -e "target/packages/pg_rendezvous-$version-portable.sql" ]; then
-    cp "$out/portable/pg_rendezvous-$version-portable.sql" "$out/portable/pg_rendezvous-$version-pg_tle.sql" target/packages/
-    log "target/packages/pg_rendezvous-$version-portable.sql and -pg_tle.sql"
+  if [ ! -e "$out_dir/pg_rendezvous-$version-portable.sql" ]; then
+    cp "$out/portable/pg_rendezvous-$version-portable.sql" "$out/portable/pg_rendezvous-$version-pg_tle.sql" "$out_dir/"
+    log "$out_dir/pg_rendezvous-$version-portable.sql and -pg_tle.sql"
   fi
 done

@@ -26,10 +26,11 @@ elif ! dpkg-query -W -f='${Status}' postgresql-server-dev-$PG_MAJOR 2>/dev/null 
 fi
 # pgbouncer: pooler tests; plpgsql-check: the lint suite; cron: the scheduler benchmark's
 # baseline; chromium: the dashboard test (headless); fonts-dejavu-core: the fleet timeline's labels;
-# pg_auto_failover (monitor extension and pg_autoctl): `rendezvous fleet --ha` and its test.
+# pg_auto_failover (monitor extension and pg_autoctl): `rendezvous fleet --ha` and its test;
+# debootstrap: the clean Debian root the packages are installed into (scripts/test_package.sh).
 for p in libclang-dev clang pkg-config libssl-dev build-essential sudo pgbouncer postgresql-$PG_MAJOR-plpgsql-check \
          postgresql-$PG_MAJOR-cron chromium fonts-dejavu-core iptables postgresql-$PG_MAJOR-auto-failover pg-auto-failover-cli \
-         curl unzip patchelf ca-certificates libxml2 libicu72 liblz4-1 libzstd1 libssl3 libgssapi-krb5-2; do
+         curl unzip patchelf ca-certificates libxml2 libicu72 liblz4-1 libzstd1 libssl3 libgssapi-krb5-2 debootstrap; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -8,7 +8,7 @@
 #   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), and
 #      `cargo publish --dry-run` of the crates users install or depend on, once
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
-#      user); install the extension into that major, then against one throwaway cluster of it
+#      user); install the extension into its private copy, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
 #      specs), the portable edition's tests (scripts/test_portable.sh: the same suites against
 #      it, installed by a database owner that is not superuser, and its upgrade in both forms),
@@ -16,6 +16,7 @@
 #      on 15, also the integration tests against the portable edition, and the CLI's tests (a
 #      short `rendezvous fleet --chaos` that must PASS, the fleet across a pg_auto_failover
 #      failover, TLS, the dashboard)
+#   4. the Debian packages installed into a clean Debian 12 root (scripts/test_package.sh)
 # Every cluster it starts is stopped and removed on exit, failure included. Every build it
 # installs goes into a private copy of each major's PostgreSQL under target/postgresql/, never
 # into the system's (checked at the end).
@@ -101,6 +102,11 @@ main() {
   for major in "${majors[@]}"; do
     major_leg "$major"
   done
+  # The Debian packages, installed into a clean Debian 12 root (Debian packages PostgreSQL 15
+  # only: the other majors' packages are built the same way, their servers come from PGDG).
+  if [[ " ${majors[*]} " == *" $DEBIAN_PG_MAJOR "* ]]; then
+    "$ROOT_DIR/scripts/test_package.sh"
+  fi
 
   log "the system's PostgreSQL trees are as they were (${system_trees[*]})"
   local changed
