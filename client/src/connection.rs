@@ -366,6 +366,49 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
     Ok(Watched { client, closed, notifications, warnings, pid, give_up })
 }
 
+/// Refuses connections whose server sessions are shared ([`Error::PoolerDetected`]): a
+/// transaction-mode pooler hands each transaction whichever server connection is free, so a
+/// host's claims would record a session that outlives it and its `LISTEN` would hear another
+/// client's session. `first` is an open connection on backend `first_pid`; a second connection
+/// holds a transaction open while `first` asks for its backend again. On their own sessions
+/// (direct, or a session-mode pooler) the two backends differ and `first`'s stays the same;
+/// through a transaction-mode pooler the second lands on `first`'s idle server connection (the
+/// one PgBouncer reuses first) or `first` moves to another (or waits for the only one).
+pub(crate) async fn refuse_shared_sessions(
+    database: &Database,
+    first: &tokio_postgres::Client,
+    first_pid: i32,
+    application_name: &str,
+) -> Result<()> {
+    let second = connect_watched(database, application_name).await?;
+    let abandoned = second.give_up.on_drop();
+    second.client.batch_execute("BEGIN").await?;
+    let pinned: i32 = sql::query_one(&second.client, sql::BACKEND_PID, &[]).await?.get(0);
+    let asked = sql::query_one(first, sql::BACKEND_PID, &[]);
+    tokio::pin!(asked);
+    // Through a pooler with one server connection, `first` waits for the transaction held here.
+    let early = tokio::time::timeout(std::time::Duration::from_millis(500), &mut asked).await;
+    let ended = second.client.batch_execute("ROLLBACK").await;
+    let now: i32 = match early {
+        Ok(answer) => answer?,
+        Err(_) => asked.await?,
+    }
+    .get(0);
+    ended?;
+    abandoned.disarm();
+    if pinned == first_pid {
+        return Err(Error::PoolerDetected(format!(
+            "another connection's transaction ran on this connection's backend ({first_pid})"
+        )));
+    }
+    if now != first_pid {
+        return Err(Error::PoolerDetected(format!(
+            "the connection's backend changed from pid {first_pid} to {now} between statements"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     /// `connect`'s session name says whose it is: this program's, through the client.

@@ -44,9 +44,11 @@ pub enum Error {
     /// A dedicated connection was lost.
     #[error("connection lost: {0}")]
     Disconnected(String),
-    /// Session-level locks do not work through this connection: a transaction-mode pooler
-    /// (pgbouncer `pool_mode = transaction`) shares server sessions between clients.
-    #[error("leader election needs a dedicated server session, and this connection does not give one ({0}); connect directly or through a session-mode pooler")]
+    /// Session-level state (locks, `LISTEN`, the session a claim records) does not work
+    /// through this connection: a transaction-mode pooler (pgbouncer `pool_mode =
+    /// transaction`) shares server sessions between clients. Leader electors and `Worker`s
+    /// refuse it.
+    #[error("leader election and the work runtime need a server session of their own per connection, and this connection does not give one ({0}); connect directly or through a session-mode pooler")]
     PoolerDetected(String),
     /// A firing's claim is no longer this holder's: its lease ran out and another host took
     /// the firing over, so its writes were not committed.

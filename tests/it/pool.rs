@@ -350,3 +350,33 @@ async fn through_a_session_mode_pooler_work_runs_and_moves() {
     assert!(taken.token > token);
     drop((p1, p2));
 }
+
+/// #41: a Worker refuses a transaction-mode pooler at start with `PoolerDetected`, whatever
+/// its pool size (with one server connection, the check's second connection runs on the first
+/// one's backend; with more, PgBouncer hands the first one another backend), instead of
+/// running with claims that record a shared session and a `LISTEN` on someone else's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_refuses_a_transaction_mode_pooler() {
+    use rendezvous_client::{Job, Worker};
+
+    let cluster = Cluster::start().await.unwrap();
+    for pool_size in [1, 4] {
+        let bouncer = rendezvous_tests::Pgbouncer::transaction_mode(&cluster, pool_size).await;
+        let started = Worker::builder(bouncer.url().as_str(), "pooled-host")
+            .workflow("w", |_job: Job| async { Ok::<(), String>(()) })
+            .start()
+            .await;
+        match started {
+            Err(Error::PoolerDetected(why)) => assert!(why.contains("backend"), "{why}"),
+            Err(other) => panic!("pool size {pool_size}: expected PoolerDetected, got {other:?}"),
+            Ok(_) => panic!("pool size {pool_size}: a Worker started through a transaction-mode pooler"),
+        }
+    }
+    // Directly, the same start succeeds.
+    let worker = Worker::builder(cluster.url().as_str(), "direct-host")
+        .workflow("w", |_job: Job| async { Ok::<(), String>(()) })
+        .start()
+        .await
+        .unwrap();
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+}

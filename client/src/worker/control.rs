@@ -66,6 +66,14 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
     let (key, last) = announce::read_key(&client).await?;
+    // Its LISTEN and the session its claims record must be this connection's own.
+    crate::connection::refuse_shared_sessions(
+        &shared.database,
+        &client,
+        watched.pid,
+        &format!("rendezvous scheduler {} check", shared.host_id),
+    )
+    .await?;
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
     abandoned.disarm();
     Ok(Control {
