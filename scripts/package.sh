@@ -11,8 +11,10 @@
 #       writing each file under a temporary name and renaming it into place.
 # Once:
 #   rendezvous-cli_<version>_amd64.deb and rendezvous-<version>-linux-x86_64.tar.gz: the
-#       `rendezvous` command (/usr/bin/rendezvous), a package of its own so that packages of
-#       several majors install side by side, as PGDG's pg-auto-failover-cli;
+#       `rendezvous` command (/usr/bin/rendezvous; bin/ in the tarball), a package of its own
+#       so that packages of several majors install side by side, as PGDG's
+#       pg-auto-failover-cli, with the portable edition's install and upgrade scripts in
+#       share/rendezvous/portable/ for `rendezvous install --portable`;
 #   pg_rendezvous-<version>-portable.sql (psql) and pg_rendezvous-<version>-pg_tle.sql: the
 #       portable edition, for servers that load no library (docs/operations.md).
 # `--profile dev` packages the debug builds (what scripts/test_package.sh installs and checks).
@@ -62,23 +64,10 @@ EOF
   log "$out_dir/${package}_${version}_amd64.deb"
 }
 
-# The rendezvous command, once.
-log "building the rendezvous command ($profile)"
-if [ "$profile" = release ]; then cargo build --quiet --release -p rendezvous-cli; else cargo build --quiet -p rendezvous-cli; fi
-cli=${CARGO_TARGET_DIR:-target}/$([ "$profile" = release ] && echo release || echo debug)/rendezvous
-version=$("$cli" --version | awk '{print $2}')
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-install -D -m 0755 "$cli" "$stage/cli/usr/bin/rendezvous"
-install -D -m 0644 README.md "$stage/cli/usr/share/doc/rendezvous-cli/README.md"
-make_deb "$stage/cli" rendezvous-cli "$version" "$(deb_depends "$stage/cli/usr/bin/rendezvous")" \
-  "the rendezvous command for pg_rendezvous" \
-  "Shows a database's coordination status (rendezvous status, dashboard, check), steers it (rendezvous admin), and runs a fleet of hosts under chaos against a throwaway PostgreSQL (rendezvous fleet, cluster run)."
-mkdir -p "$stage/tar/rendezvous-$version-linux-x86_64"
-cp "$cli" README.md "$stage/tar/rendezvous-$version-linux-x86_64/"
-tar -czf "$out_dir/rendezvous-$version-linux-x86_64.tar.gz" -C "$stage/tar" "rendezvous-$version-linux-x86_64"
-log "$out_dir/rendezvous-$version-linux-x86_64.tar.gz"
-
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+portable=""
 rm -f "$out_dir"/pg_rendezvous-*-portable.sql "$out_dir"/pg_rendezvous-*-pg_tle.sql
 for major in "${majors[@]}"; do
   use_pg_major "$major"
@@ -86,7 +75,7 @@ for major in "${majors[@]}"; do
   libdir=$("$PG_CONFIG" --pkglibdir)
   extdir=$("$PG_CONFIG" --sharedir)/extension
   ext_version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$out$extdir/pg_rendezvous.control")
-  [ "$ext_version" = "$version" ] || { echo "package.sh: extension $ext_version, command $version" >&2; exit 1; }
+  [ "$ext_version" = "$version" ] || { echo "package.sh: extension $ext_version, workspace $version" >&2; exit 1; }
 
   # The Debian package: PGDG's paths for this major, whatever this build's pg_config says.
   root=$stage/pg$major
@@ -109,8 +98,33 @@ for major in "${majors[@]}"; do
   tar -czf "$out_dir/$name.tar.gz" -C "$stage" "$name"
   log "$out_dir/$name.tar.gz"
   # The portable edition (no library, any major): from the first major's install script.
-  if [ ! -e "$out_dir/pg_rendezvous-$version-portable.sql" ]; then
-    cp "$out/portable/pg_rendezvous-$version-portable.sql" "$out/portable/pg_rendezvous-$version-pg_tle.sql" "$out_dir/"
+  if [ -z "$portable" ]; then
+    portable=$stage/portable
+    cp -r "$out/portable" "$portable"
+    cp "$portable/pg_rendezvous-$version-portable.sql" "$portable/pg_rendezvous-$version-pg_tle.sql" "$out_dir/"
     log "$out_dir/pg_rendezvous-$version-portable.sql and -pg_tle.sql"
   fi
 done
+
+# The rendezvous command, once, with the portable edition's scripts (this version's install
+# script and the upgrade scripts to it) where `rendezvous install --portable` looks for them.
+log "building the rendezvous command ($profile)"
+if [ "$profile" = release ]; then cargo build --quiet --release -p rendezvous-cli; else cargo build --quiet -p rendezvous-cli; fi
+cli=${CARGO_TARGET_DIR:-target}/$([ "$profile" = release ] && echo release || echo debug)/rendezvous
+[ "$("$cli" --version | awk '{print $2}')" = "$version" ] || { echo "package.sh: the command is not $version" >&2; exit 1; }
+install -D -m 0755 "$cli" "$stage/cli/usr/bin/rendezvous"
+install -D -m 0644 README.md "$stage/cli/usr/share/doc/rendezvous-cli/README.md"
+mkdir -p "$stage/cli/usr/share/rendezvous/portable"
+install -m 0644 "$portable/pg_rendezvous-$version-portable.sql" "$portable"/pg_rendezvous-*--"$version"-portable.sql \
+  "$stage/cli/usr/share/rendezvous/portable/"
+make_deb "$stage/cli" rendezvous-cli "$version" "$(deb_depends "$stage/cli/usr/bin/rendezvous")" \
+  "the rendezvous command for pg_rendezvous" \
+  "Shows a database's coordination status (rendezvous status, dashboard, check), steers it (rendezvous admin), installs or upgrades the portable edition as a database's owner (rendezvous install --portable), and runs a fleet of hosts under chaos against a throwaway PostgreSQL (rendezvous fleet, cluster run)."
+# The same as a plain binary: bin/rendezvous and share/rendezvous/portable/.
+tarball=rendezvous-$version-linux-x86_64
+mkdir -p "$stage/tar/$tarball/bin" "$stage/tar/$tarball/share"
+cp "$cli" "$stage/tar/$tarball/bin/"
+cp README.md "$stage/tar/$tarball/"
+cp -r "$stage/cli/usr/share/rendezvous" "$stage/tar/$tarball/share/"
+tar -czf "$out_dir/$tarball.tar.gz" -C "$stage/tar" "$tarball"
+log "$out_dir/$tarball.tar.gz"

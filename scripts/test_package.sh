@@ -5,8 +5,9 @@
 # builds the suite made already), makes a minimal Debian 12 root from Debian's own packages
 # (debootstrap --variant=minbase), installs them there with `apt-get install ./….deb` (which
 # brings postgresql-15 from Debian), then in that root: starts a server on a Unix socket only,
-# creates the extension as a database user would, checks its version, and runs `rendezvous
-# check` from the package's binary. Needs root (or sudo) for debootstrap and chroot, and
+# creates the extension as a database user would, checks its version, runs `rendezvous check`
+# from the package's binary, and installs the portable edition into another database as its
+# owner (not a superuser) with the packaged `rendezvous install --portable`. Needs root (or sudo) for debootstrap and chroot, and
 # Debian's mirror (DEBIAN_MIRROR, default http://deb.debian.org/debian). The root, its mounts
 # and its server are gone on exit, failure included.
 set -euo pipefail
@@ -74,4 +75,13 @@ if ! in_root_as_postgres "rendezvous check --database-url 'host=/tmp port=5999 u
   echo "test_package.sh: the packaged rendezvous check did not answer ready" >&2
   exit 1
 fi
+# The portable edition, as a managed service's database owner would install it: the packaged
+# command and its scripts, no psql script run by hand.
+in_root_as_postgres "$bin/psql -X -q -v ON_ERROR_STOP=1 -h /tmp -p 5999 -d postgres -c 'CREATE ROLE app_owner LOGIN CREATEROLE' -c 'CREATE DATABASE app OWNER app_owner'"
+got=$(in_root_as_postgres "rendezvous install --portable --database-url 'host=/tmp port=5999 user=app_owner dbname=app'")
+echo "$got"
+[[ $got == "installed pg_rendezvous $version (portable edition) in database app as app_owner"* ]] || {
+  echo "test_package.sh: the packaged rendezvous install --portable did not install" >&2
+  exit 1
+}
 log "the packages install into a clean Debian 12 and work: ${debs[*]}"

@@ -53,6 +53,10 @@ pub enum Command {
     /// may do (exit status 1 if the extension is missing or another version or the role cannot
     /// run a host, 2 if no connection is made)
     Check(CheckArgs),
+    /// Install the portable edition (SQL and PL/pgSQL only, for a server that loads no library)
+    /// into a database, or upgrade it to this command's version, as the connected role (the
+    /// database's owner), from the scripts that come with this command
+    Install(InstallArgs),
     /// Throwaway PostgreSQL clusters (for scripts and tests)
     #[command(subcommand_required = true, arg_required_else_help = true)]
     Cluster {
@@ -74,6 +78,7 @@ impl Command {
             Command::Admin(_) => "admin",
             Command::Dashboard(_) => "dashboard",
             Command::Check(_) => "check",
+            Command::Install(_) => "install",
             Command::Cluster { command: ClusterCommand::Run(_) } => "cluster run",
             Command::Host(_) => "host",
         }
@@ -86,6 +91,23 @@ pub struct CheckArgs {
     /// The database to check
     #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
     pub url: Option<String>,
+}
+
+/// The flags of `rendezvous install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The portable edition (the native one installs from a package for the server's major:
+    /// docs/operations.md, Installing)
+    #[arg(long, required = true)]
+    pub portable: bool,
+    /// The database to install into, as its owner
+    #[arg(long = "database-url", value_name = "URL", env = "DATABASE_URL", hide_env_values = true)]
+    pub url: Option<String>,
+    /// The directory with pg_rendezvous-<version>-portable.sql and the upgrade scripts
+    /// (default: $RENDEZVOUS_PORTABLE_DIR, else share/rendezvous/portable beside this command's
+    /// bin/, where the packages put them)
+    #[arg(long, value_name = "DIR")]
+    pub scripts: Option<std::path::PathBuf>,
 }
 
 /// The flags of `rendezvous status`.
@@ -248,7 +270,7 @@ mod tests {
                 files.push(path.display().to_string());
             }
         }
-        let subcommands = ["fleet", "status", "dashboard", "admin", "cluster"];
+        let subcommands = ["fleet", "status", "dashboard", "admin", "check", "install", "cluster"];
         let (mut checked, mut problems) = (0, Vec::new());
         for file in &files {
             let text = std::fs::read_to_string(file).unwrap();

@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod fleet;
 pub mod ha;
 pub mod host;
+pub mod install;
 pub mod ledger;
 pub mod overload;
 pub mod partition;

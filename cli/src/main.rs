@@ -3,7 +3,7 @@
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use rendezvous_cli::cli::{Cli, ClusterCommand, Command};
-use rendezvous_cli::{admin, check, cluster, dashboard, fleet, host, status};
+use rendezvous_cli::{admin, check, cluster, dashboard, fleet, host, install, status};
 
 #[tokio::main]
 async fn main() {
@@ -89,6 +89,10 @@ async fn run(command: Command) -> Result<i32, String> {
         Command::Check(args) => {
             let url = require_url(args.url, "check");
             check::run(&url).await
+        }
+        Command::Install(args) => {
+            let url = require_url(args.url, "install");
+            install::run(&url, &install::scripts_dir(args.scripts)?).await
         }
         Command::Cluster { command: ClusterCommand::Run(r) } => cluster::run(&r.options(), &r.command).await,
         Command::Host(plan) => {

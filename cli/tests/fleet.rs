@@ -110,6 +110,77 @@ done
     assert!(none.contains("may not use pg_rendezvous") && none.contains("exit 1"), "{none}");
 }
 
+/// #41: `rendezvous install --portable` installs the portable edition as a database's owner
+/// (not a superuser), says so when it is there already, upgrades a released 0.3.0 to this
+/// version, and refuses a role that may not create it and a database with the native extension,
+/// each with what to do; the installs answer `rendezvous.edition()` as this version's portable.
+#[test]
+fn install_portable_installs_and_upgrades_as_the_databases_owner() {
+    let script = std::env::var("RENDEZVOUS_PORTABLE_SCRIPT").expect(
+        "RENDEZVOUS_PORTABLE_SCRIPT must name the portable edition's script (scripts/test.sh sets it)",
+    );
+    let scripts = std::path::Path::new(&script).parent().unwrap().display().to_string();
+    let released = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../extension/portable/released/pg_rendezvous-0.3.0-portable.sql"
+    );
+    let psql = rendezvous_cli::cluster::bindir().unwrap().join("psql");
+    let role = format!("rz_install_{}", std::process::id());
+    let script = format!(
+        r#"set -e
+{psql} -X -q -v ON_ERROR_STOP=1 -c "CREATE ROLE {role} LOGIN CREATEROLE" -c "CREATE ROLE {role}_other LOGIN" \
+  -c "CREATE DATABASE {role}_new OWNER {role}" -c "CREATE DATABASE {role}_old OWNER {role}" -c "CREATE DATABASE {role}_theirs"
+{psql} -X -q -v ON_ERROR_STOP=1 -U {role} -d {role}_old -f "{released}" >/dev/null
+install() {{ "{rendezvous}" install --portable --scripts "{scripts}" --database-url "postgresql://$1@127.0.0.1:$PGPORT/$2" 2>&1 || echo "exit $?"; }}
+echo "--- new"; install {role} {role}_new
+echo "--- again"; install {role} {role}_new
+echo "--- old"; install {role} {role}_old
+echo "--- theirs"; install {role}_other {role}_theirs
+echo "--- native"; install postgres postgres
+echo "--- editions"
+for db in {role}_new {role}_old; do {psql} -X -At -d $db -c "SELECT edition || ' ' || version FROM rendezvous.edition()"; done
+for db in new old theirs; do {psql} -X -q -c "DROP DATABASE {role}_$db"; done
+{psql} -X -q -c "DROP ROLE {role}, {role}_other""#,
+        psql = psql.display(),
+        rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
+    );
+    let stdout = run_on_a_cluster(&script);
+    let part = |name: &str| {
+        stdout.split(&format!("--- {name}\n")).nth(1).unwrap().split("--- ").next().unwrap().to_owned()
+    };
+    let version = rendezvous_client::EXTENSION_VERSION;
+    let new = part("new");
+    assert!(
+        new.contains(&format!(
+            "installed pg_rendezvous {version} (portable edition) in database {role}_new as {role}"
+        )),
+        "{new}"
+    );
+    assert!(!new.contains("exit "), "{new}");
+    assert!(part("again").contains("nothing to do") && !part("again").contains("exit "), "{}", part("again"));
+    let old = part("old");
+    assert!(
+        old.contains(&format!("upgraded pg_rendezvous from 0.3.0 to {version} (portable edition)")),
+        "{old}"
+    );
+    let theirs = part("theirs");
+    assert!(
+        theirs.contains("42501") && theirs.contains("owner of database") && theirs.contains("exit 2"),
+        "{theirs}"
+    );
+    let native = part("native");
+    assert!(
+        native.contains("native extension")
+            && native.contains("ALTER EXTENSION")
+            && native.contains("exit 2"),
+        "{native}"
+    );
+    assert_eq!(
+        part("editions").lines().collect::<Vec<_>>(),
+        [format!("portable {version}"), format!("portable {version}")]
+    );
+}
+
 #[test]
 fn status_of_an_unreachable_database_is_a_clear_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_rendezvous"))
