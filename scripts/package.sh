@@ -35,12 +35,14 @@ mkdir -p "$out_dir"
 
 # deb_depends FILE...: the shared libraries' packages the files need (dpkg-shlibdeps).
 deb_depends() {
-  local dir
+  local dir depends
   dir=$(mktemp -d)
   mkdir "$dir/debian"
   printf 'Source: pg-rendezvous\n\nPackage: pg-rendezvous\nArchitecture: any\n' >"$dir/debian/control"
-  (cd "$dir" && dpkg-shlibdeps -O "$@" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+  depends=$(cd "$dir" && dpkg-shlibdeps -O "$@" | sed -n 's/^shlibs:Depends=//p')
   rm -rf "$dir"
+  [ -n "$depends" ] || { echo "package.sh: dpkg-shlibdeps found no dependencies for $*" >&2; return 1; }
+  echo "$depends"
 }
 
 # make_deb ROOT PACKAGE VERSION DEPENDS SUMMARY DESCRIPTION: ROOT (the files at their installed
@@ -83,8 +85,8 @@ for major in "${majors[@]}"; do
   mkdir -p "$root/usr/share/postgresql/$major/extension"
   install -m 0644 sql/pg_rendezvous--*.sql "$root/usr/share/postgresql/$major/extension/"
   install -m 0644 "$out$extdir"/pg_rendezvous* "$root/usr/share/postgresql/$major/extension/"
-  make_deb "$root" "postgresql-$major-pg-rendezvous" "$version" \
-    "postgresql-$major, rendezvous-cli (= $version), $(deb_depends "$root/usr/lib/postgresql/$major/lib/pg_rendezvous.so")" \
+  libs=$(deb_depends "$root/usr/lib/postgresql/$major/lib/pg_rendezvous.so")
+  make_deb "$root" "postgresql-$major-pg-rendezvous" "$version" "postgresql-$major, rendezvous-cli (= $version), $libs" \
     "coordination for a fleet of hosts through PostgreSQL $major" \
     "pg_rendezvous: rendezvous (HRW) dispatch over a live host set, idempotent run admission by dispatch key, leader claims with fencing epochs, exactly-once firings, and runs executed exactly once. CREATE EXTENSION pg_rendezvous in each database; docs/operations.md says which roles a host needs."
 
@@ -117,7 +119,8 @@ install -D -m 0644 README.md "$stage/cli/usr/share/doc/rendezvous-cli/README.md"
 mkdir -p "$stage/cli/usr/share/rendezvous/portable"
 install -m 0644 "$portable/pg_rendezvous-$version-portable.sql" "$portable"/pg_rendezvous-*--"$version"-portable.sql \
   "$stage/cli/usr/share/rendezvous/portable/"
-make_deb "$stage/cli" rendezvous-cli "$version" "$(deb_depends "$stage/cli/usr/bin/rendezvous")" \
+libs=$(deb_depends "$stage/cli/usr/bin/rendezvous")
+make_deb "$stage/cli" rendezvous-cli "$version" "$libs" \
   "the rendezvous command for pg_rendezvous" \
   "Shows a database's coordination status (rendezvous status, dashboard, check), steers it (rendezvous admin), installs or upgrades the portable edition as a database's owner (rendezvous install --portable), and runs a fleet of hosts under chaos against a throwaway PostgreSQL (rendezvous fleet, cluster run)."
 # The same as a plain binary: bin/rendezvous and share/rendezvous/portable/.

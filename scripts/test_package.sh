@@ -20,7 +20,7 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 version=$("${CARGO_TARGET_DIR:-target}/debug/rendezvous" --version | awk '{print $2}')
 debs=("postgresql-$major-pg-rendezvous_${version}_amd64.deb" "rendezvous-cli_${version}_amd64.deb")
 
-root=$(mktemp -d /var/tmp/rendezvous-debroot.XXXXXX)
+root=$(realpath "$(mktemp -d /var/tmp/rendezvous-debroot.XXXXXX)")
 chmod 0755 "$root" # the root's /, which mktemp makes private
 bin=/usr/lib/postgresql/$major/bin
 # Runs a command in the root as the postgres user there.

@@ -28,7 +28,8 @@ pub fn scripts_dir(given: Option<PathBuf>) -> Result<PathBuf, String> {
 }
 
 /// The script that installs this version, or the ones that upgrade `from` to it (each
-/// `pg_rendezvous-<a>--<b>-portable.sql`, followed from `from`), in the order to run them.
+/// `pg_rendezvous-<a>--<b>-portable.sql`, followed from `from`, taking at each version the step
+/// that goes furthest without passing this one), in the order to run them.
 pub fn scripts_to_run(dir: &Path, from: Option<&str>) -> Result<Vec<PathBuf>, String> {
     let Some(mut at) = from.map(str::to_owned) else {
         let install = dir.join(format!("pg_rendezvous-{EXTENSION_VERSION}-portable.sql"));
@@ -48,7 +49,8 @@ pub fn scripts_to_run(dir: &Path, from: Option<&str>) -> Result<Vec<PathBuf>, St
         let next = names
             .iter()
             .filter_map(|n| n.strip_prefix(&prefix)?.strip_suffix("-portable.sql"))
-            .next()
+            .filter(|to| !newer(to, EXTENSION_VERSION))
+            .max_by(|a, b| parts(a).cmp(&parts(b)))
             .ok_or_else(|| {
                 format!(
                     "no upgrade from {at} in {} (pg_rendezvous-{at}--<version>-portable.sql): this command \
@@ -81,11 +83,13 @@ pub async fn run(url: &str, dir: &Path) -> Result<i32, String> {
         }
         Ok(installed) => return Err(native_installed(&installed.to_string())),
         Err(Error::VersionMismatch { installed, .. }) => {
-            let row =
-                client.query_one(rendezvous_client::sql::EDITION, &[]).await.map_err(|e| e.to_string())?;
-            let edition: String = row.get(0);
-            if edition != "portable" {
-                return Err(native_installed(&format!("{installed} ({edition} edition)")));
+            // An extension row is the native edition (0.1.0 and 0.2.0 have no edition()).
+            let row = client
+                .query_one(rendezvous_client::sql::EXTENSION_INSTALLED, &[])
+                .await
+                .map_err(|e| Error::from(e).to_string())?;
+            if row.get::<_, Option<String>>(0).is_some() {
+                return Err(native_installed(&format!("{installed} (native edition)")));
             }
             if newer(&installed, EXTENSION_VERSION) {
                 return Err(format!(
@@ -133,8 +137,11 @@ fn native_installed(what: &str) -> String {
 
 /// Whether version `a` is above `b` (dotted numbers).
 fn newer(a: &str, b: &str) -> bool {
-    let parts = |v: &str| v.split('.').map(|p| p.parse::<u64>().unwrap_or(0)).collect::<Vec<_>>();
     parts(a) > parts(b)
+}
+
+fn parts(version: &str) -> Vec<u64> {
+    version.split('.').map(|p| p.parse::<u64>().unwrap_or(0)).collect()
 }
 
 #[cfg(test)]
@@ -150,6 +157,8 @@ mod tests {
         let v = EXTENSION_VERSION;
         for name in [
             format!("pg_rendezvous-{v}-portable.sql"),
+            "pg_rendezvous-0.3.0--0.3.1-portable.sql".to_owned(),
+            "pg_rendezvous-0.3.0--9.0.0-portable.sql".to_owned(),
             "pg_rendezvous-0.2.9--0.3.0-portable.sql".to_owned(),
             format!("pg_rendezvous-0.3.0--{v}-portable.sql"),
         ] {

@@ -229,9 +229,11 @@ impl Pool {
         if let Some(budget) = inner.manager().database.budget() {
             // Its idle connections make way for a connection waiting for a place in the cap.
             let weak = inner.weak();
-            budget.add_pool(move || match weak.upgrade() {
+            budget.add_pool(move |close| match weak.upgrade() {
                 Some(pool) => {
-                    pool.retain(|_, _| false);
+                    if close {
+                        pool.retain(|_, _| false);
+                    }
                     true
                 }
                 None => false,

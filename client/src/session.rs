@@ -55,7 +55,12 @@ impl Session {
         if let Some((c, g)) = slot.as_ref().filter(|(c, g)| !c.is_closed() && !g.given_up()) {
             return Ok((c.clone(), g.clone()));
         }
-        let watched = crate::connection::connect_watched(&self.database, &self.application_name).await?;
+        // Bounded: a server that does not answer, or a capped host's budget that stays full,
+        // fails this attempt instead of holding every caller behind the slot.
+        let connecting = crate::connection::connect_watched(&self.database, &self.application_name);
+        let watched = tokio::time::timeout(self.timeout, connecting)
+            .await
+            .map_err(|_| crate::connection::no_answer(self.timeout))??;
         let c = Arc::new(watched.client);
         let again = self.connected_before.swap(true, std::sync::atomic::Ordering::Relaxed);
         if let (true, Some(component)) = (again, self.component) {

@@ -133,9 +133,10 @@ async fn sessions_per_host(admin: &tokio_postgres::Client, hosts: usize) -> Opti
 
 /// #41: a host whose pieces share one capped `Database` never holds more sessions than the
 /// cap: not while its handlers want more connections than it allows, nor while every piece
-/// connects again after a server restart. Three hosts, each a Worker (8 handlers that each
-/// hold a job connection) and a leader elector under a cap of 6; the server's own count of
-/// each host's sessions is sampled throughout.
+/// connects again after a server restart. Three hosts, each a Worker asking for 8 handlers that
+/// each hold a job connection (lowered to the 3 the cap leaves) and a leader elector, under a
+/// cap of 6; the server's own count of each host's sessions is sampled throughout. (The cap's
+/// waiting itself: `a_connection_past_the_cap_waits_for_one_to_end`.)
 #[tokio::test(flavor = "multi_thread")]
 async fn capped_hosts_stay_under_their_cap_through_a_server_restart() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,7 +264,7 @@ async fn capped_hosts_stay_under_their_cap_through_a_server_restart() {
             "host-{h} held {m} sessions, over its cap of {CAP} (most per host: {most:?})"
         );
     }
-    // The cap bound: 8 handlers holding connections would take 13 sessions a host without it.
+    // The cap bound: 8 handlers holding connections take 11 sessions a host without it.
     assert!(most.contains(&(CAP as i64)), "no host reached its cap: {most:?}");
     for e in electors {
         e.shutdown(Duration::from_secs(5)).await.unwrap();
@@ -379,4 +380,70 @@ async fn a_worker_refuses_a_transaction_mode_pooler() {
         .await
         .unwrap();
     worker.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
+/// #41: the cap itself, deterministically. Under `with_max_connections(2)` a third connection
+/// (from a pool of 16, or `connect`) waits: the server never sees a third session. A pooled
+/// connection handed back while one waits is closed for it, and an idle one is closed when one
+/// starts waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_past_the_cap_waits_for_one_to_end() {
+    use rendezvous_client::database::Database;
+
+    let db = TestDb::new("pool_capped").await;
+    let admin = db.connect().await;
+    let capped = Database::from_url(db.url.as_str()).with_max_connections(2);
+    let options = PoolOptions::default()
+        .with_max_size(16)
+        .with_wait_timeout(Duration::from_millis(300))
+        .with_connect_timeout(Duration::from_millis(300))
+        .with_application_name("capped-pool");
+    let pool = Pool::new(&capped, options).unwrap();
+    let sessions = |name: &'static str| {
+        let admin = &admin;
+        async move {
+            let row = admin
+                .query_one(
+                    "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            row.get::<_, i64>(0)
+        }
+    };
+    let first = pool.get().await.unwrap();
+    let second = pool.get().await.unwrap();
+    assert!(pool.get().await.is_err(), "a third pooled connection past a cap of 2");
+    let direct = rendezvous_client::connect_as(&capped, "capped-direct");
+    assert!(tokio::time::timeout(Duration::from_millis(300), direct).await.is_err(), "connect past the cap");
+    assert_eq!(sessions("capped-pool").await, 2);
+
+    // A connection handed back while another waits is closed for it.
+    let waiting = tokio::spawn({
+        let capped = capped.clone();
+        async move { rendezvous_client::connect_as(&capped, "capped-direct").await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the third connection did not wait");
+    drop(first);
+    let direct = tokio::time::timeout(Duration::from_secs(5), waiting).await.unwrap().unwrap().unwrap();
+    assert_eq!(pool.status().open, 1, "the pool closed the connection it was handed back");
+
+    // An idle pooled connection is closed when a connection starts waiting.
+    drop(second);
+    assert_eq!(pool.status().idle, 1);
+    let another =
+        tokio::time::timeout(Duration::from_secs(5), rendezvous_client::connect_as(&capped, "capped-direct"))
+            .await
+            .expect("the idle pooled connection made way")
+            .unwrap();
+    assert_eq!(pool.status().open, 0);
+    let start = Instant::now();
+    while sessions("capped-pool").await != 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the pool's sessions did not end");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(sessions("capped-direct").await, 2);
+    drop((direct, another));
 }

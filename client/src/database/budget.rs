@@ -1,7 +1,7 @@
 //! A cap on the server sessions opened through one [`Database`](super::Database) and its
 //! clones ([`Database::with_max_connections`](super::Database::with_max_connections)): a host
-//! that builds every piece from one `Database` never holds more sessions than that, also while
-//! it reconnects after a restart or a failover.
+//! that builds every piece from one `Database` never has more connections open than that, also
+//! while it reconnects after a restart or a failover.
 //!
 //! A connection holds a permit from before it is opened until its socket is closed (its driver
 //! has ended), not until its owner lets go of it: a piece that gives a connection up and makes
@@ -20,9 +20,12 @@ pub(crate) struct Budget {
     permits: Arc<Semaphore>,
     /// Connections waiting for a permit now.
     waiting: AtomicUsize,
-    /// Closes a pool's idle connections; false once the pool is gone (then forgotten).
-    pools: Mutex<Vec<Box<dyn Fn() -> bool + Send + Sync>>>,
+    pools: Mutex<Vec<PoolHook>>,
 }
+
+/// A pool's hook: closes its idle connections when called with `true`; false once the pool is
+/// gone (then forgotten).
+type PoolHook = Box<dyn Fn(bool) -> bool + Send + Sync>;
 
 /// A permit: one connection's place in the budget, until dropped.
 pub(crate) type Permit = OwnedSemaphorePermit;
@@ -69,17 +72,25 @@ impl Budget {
         }
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(&self.waiting);
+        tracing::debug!(
+            max_connections = self.limit,
+            "waiting for a place in the database's max_connections"
+        );
         self.close_idle();
         self.permits.clone().acquire_owned().await.expect("the budget's semaphore is never closed")
     }
 
     /// Registers a pool's way to close its idle connections (see [`take`](Self::take)).
-    pub(crate) fn add_pool(&self, close_idle: impl Fn() -> bool + Send + Sync + 'static) {
-        self.pools.lock().unwrap_or_else(|e| e.into_inner()).push(Box::new(close_idle));
+    pub(crate) fn add_pool(&self, close_idle: impl Fn(bool) -> bool + Send + Sync + 'static) {
+        let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        // Pools that are gone are forgotten here too (and whenever a connection waits), so
+        // short-lived ones do not pile up.
+        pools.retain(|pool| pool(false));
+        pools.push(Box::new(close_idle));
     }
 
     fn close_idle(&self) {
-        self.pools.lock().unwrap_or_else(|e| e.into_inner()).retain(|close_idle| close_idle());
+        self.pools.lock().unwrap_or_else(|e| e.into_inner()).retain(|pool| pool(true));
     }
 }
 
@@ -97,8 +108,10 @@ mod tests {
         let budget = Arc::new(Budget::new(2));
         let asked = Arc::new(AtomicUsize::new(0));
         let a = asked.clone();
-        budget.add_pool(move || {
-            a.fetch_add(1, Ordering::SeqCst);
+        budget.add_pool(move |close| {
+            if close {
+                a.fetch_add(1, Ordering::SeqCst);
+            }
             true
         });
         let first = budget.take().await;
@@ -130,7 +143,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_gives_up_takes_nothing() {
         let budget = Budget::new(1);
-        budget.add_pool(|| false);
+        budget.add_pool(|_| false);
         let held = budget.take().await;
         assert!(tokio::time::timeout(Duration::from_millis(20), budget.take()).await.is_err());
         assert!(!budget.contended());

@@ -236,15 +236,18 @@ impl Database {
     /// [`LeaderElector`](crate::LeaderElector)s, [`Membership`](crate::Membership),
     /// [`Pool`](crate::Pool)s, [`connect`](crate::connect)) never holds more, reconnecting after
     /// a restart or a failover included: a connection counts from before it is opened until
-    /// its socket is closed. A connection past the cap waits until one ends, within its
-    /// piece's connect timeout; pools close their idle connections for it first, and close
-    /// the ones handed back while it waits. docs/operations.md ("Connection budget") says how
-    /// many each piece takes. `max` 0 is refused when connecting ([`Error::InvalidArgument`]).
+    /// its socket is closed (a session the client gave up on a dead network path lives on at
+    /// the server until keepalives end it). A connection past the cap waits until one ends,
+    /// within its piece's connect timeout; pools close their idle connections for it first,
+    /// and close the ones handed back while it waits. A [`Worker`](crate::Worker) lowers its
+    /// `max_concurrent` to what the cap leaves beside its own 3 sessions; give the cap room for
+    /// the other pieces too. docs/operations.md ("Connection budget") says how many each piece
+    /// takes. `max` 0 is refused when connecting ([`Error::InvalidArgument`]).
     ///
     /// ```
     /// use rendezvous_client::database::Database;
     ///
-    /// // A Worker takes 3 sessions and its jobs', a leader group 1: 8 leaves 4 for jobs.
+    /// // A Worker with 4 handlers (3 sessions and one per running handler), a leader group (1).
     /// let db = Database::from_url("postgres://app@db.internal/app").with_max_connections(8);
     /// assert_eq!(db.max_connections(), Some(8));
     /// assert_eq!(db.clone().max_connections(), Some(8)); // the clones share the one cap

@@ -142,6 +142,21 @@ impl WorkerBuilder {
                 if o.retention.is_some() { "retention pass, " } else { "" }
             )));
         }
+        // Under a cap, handlers run at most as many at once as the cap leaves job connections
+        // beside the Worker's other sessions: running handlers and their connections are bounded
+        // together, and a handler never waits for a connection that another one holds.
+        let mut options = self.options.clone();
+        if let Some(max) = self.database.max_connections() {
+            options.max_concurrent = options.max_concurrent.min(max - (needs - 1));
+            if options.max_concurrent < self.options.max_concurrent {
+                tracing::info!(
+                    host_id = %self.host_id,
+                    max_concurrent = options.max_concurrent,
+                    max_connections = max,
+                    "max_concurrent lowered to the job connections the database's max_connections leaves"
+                );
+            }
+        }
         let application_name = format!("rendezvous scheduler {}", self.host_id);
         let side = Arc::new(Session::new(
             self.database.clone(),
@@ -151,27 +166,21 @@ impl WorkerBuilder {
         let (completions, pending) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(completer::complete_in_batches(side.clone(), pending));
         let shared = Arc::new(Shared {
-            // One connection per running job at most, made on a job's first use; under a cap,
-            // no more than the cap leaves beside the Worker's other sessions, so jobs share
-            // connections instead of closing and opening them to make way for each other.
+            // One connection per running job at most, made on a job's first use.
             pool: Pool::new(
                 &self.database,
                 PoolOptions::default()
-                    .with_max_size(
-                        self.database
-                            .max_connections()
-                            .map_or(o.max_concurrent, |max| o.max_concurrent.min(max - (needs - 1))),
-                    )
-                    .with_wait_timeout(self.options.call_timeout)
-                    .with_connect_timeout(self.options.call_timeout)
+                    .with_max_size(options.max_concurrent)
+                    .with_wait_timeout(options.call_timeout)
+                    .with_connect_timeout(options.call_timeout)
                     .with_application_name(format!("{application_name} job")),
             )?,
             side: side.clone(),
             completions,
-            slots: Arc::new(Semaphore::new(self.options.max_concurrent)),
+            slots: Arc::new(Semaphore::new(options.max_concurrent)),
             database: self.database,
             host_id: self.host_id,
-            options: self.options,
+            options,
             tasks: self.tasks,
             handlers: self.handlers,
             workflows: self.workflows,
@@ -186,7 +195,7 @@ impl WorkerBuilder {
             cancels: Mutex::new(HashMap::new()),
         });
         let limit = shared.options.call_timeout;
-        let control = tokio::time::timeout(limit, control::open_control(&shared))
+        let control = tokio::time::timeout(limit, control::open_control(&shared, true))
             .await
             .map_err(|_| crate::connection::no_answer(limit))??;
         // What an earlier process under this host id still holds runs again at once.

@@ -43,8 +43,9 @@ pub(super) struct Control {
 }
 
 /// A control connection, checked, with this host's tasks registered, listening for runnable
-/// runs when the worker has workflows.
-pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
+/// runs when the worker has workflows. The first one (`first`, at `Worker::start`) also checks
+/// that its server session is its own, before any other connection of the Worker is open.
+pub(super) async fn open_control(shared: &Shared, first: bool) -> Result<Control> {
     let watched = crate::connection::connect_watched(
         &shared.database,
         &format!("rendezvous scheduler {}", shared.host_id),
@@ -66,14 +67,17 @@ pub(super) async fn open_control(shared: &Shared) -> Result<Control> {
         client.batch_execute(sql::LISTEN_FIRINGS).await?;
     }
     let (key, last) = announce::read_key(&client).await?;
-    // Its LISTEN and the session its claims record must be this connection's own.
-    crate::connection::refuse_shared_sessions(
-        &shared.database,
-        &client,
-        watched.pid,
-        &format!("rendezvous scheduler {} check", shared.host_id),
-    )
-    .await?;
+    // Its LISTEN and the session its claims record must be this connection's own. Checked at
+    // start only: a reconnect must not need a second place in a capped host's budget.
+    if first {
+        crate::connection::refuse_shared_sessions(
+            &shared.database,
+            &client,
+            watched.pid,
+            &format!("rendezvous scheduler {} check", shared.host_id),
+        )
+        .await?;
+    }
     membership::heartbeat(&client, &shared.host_id, shared.options.weight).await?;
     abandoned.disarm();
     Ok(Control {
@@ -259,7 +263,7 @@ fn heed(shared: &Shared, key: &[u8], heard: &mut Heard, n: &tokio_postgres::Noti
 async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Control> {
     let limit = shared.options.call_timeout;
     tokio::select! {
-        r = tokio::time::timeout(limit, open_control(shared)) => {
+        r = tokio::time::timeout(limit, open_control(shared, false)) => {
             r.unwrap_or_else(|_| {
                 Counters::add(&shared.counters.timeouts);
                 Err(crate::connection::no_answer(limit))
