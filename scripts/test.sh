@@ -5,8 +5,9 @@
 #   1. setup (packages, the other majors' PostgreSQL, cargo-pgrx, pgrx init; skipped when
 #      present); one style: rustfmt and clippy with warnings as errors; released
 #      install/upgrade scripts unchanged
-#   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), and
-#      `cargo publish --dry-run` of the crates users install or depend on, once
+#   2. unit tests of the shared HRW crate, the client and sqlgen (`cargo test`), the client's
+#      public API against its last release's (cargo semver-checks), and `cargo publish
+#      --dry-run` of the crates users install or depend on, once
 #   3. for each major: the extension's #[pg_test]s (`cargo pgrx test`, run as the postgres OS
 #      user); install the extension into its private copy, then against one throwaway cluster of it
 #      (`rendezvous cluster run`): the SQL suites under pg_test/ (pg_regress and isolation
@@ -89,6 +90,19 @@ main() {
 
   log "unit tests: shared HRW crate, client, sqlgen"
   cargo test --quiet -p rendezvous-hrw -p rendezvous-client -p rendezvous-sqlgen
+
+  # Code written against the last release's client builds unchanged (client/api/README.md).
+  # cargo-semver-checks, exactly this version, installed here (once, several minutes) rather
+  # than by setup.sh, which the demo runs too.
+  local semver_checks=0.51.0
+  if ! cargo semver-checks --version 2>/dev/null | grep -qx "cargo-semver-checks $semver_checks"; then
+    log "installing cargo-semver-checks $semver_checks (several minutes, once)"
+    cargo install cargo-semver-checks --version "=$semver_checks" --locked --quiet
+  fi
+  log "the client's public API keeps 0.3.0's (cargo semver-checks against client/api/)"
+  local baseline=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/api-baseline-0.3.0.json
+  gunzip -c client/api/rendezvous_client-0.3.0.rustdoc.json.gz >"$baseline"
+  cargo semver-checks --quiet -p rendezvous-client --baseline-rustdoc "$baseline" --release-type minor
 
   # The crates users install or depend on must build from their packaged sources alone, with
   # versioned dependencies (target/package), as they would from a registry.
