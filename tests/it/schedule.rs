@@ -482,3 +482,57 @@ async fn a_host_on_a_slow_server_cancels_its_looks_and_keeps_its_sessions() {
     assert_eq!(stats.reconnects, 0, "{stats:?}");
     worker.shutdown(Duration::from_secs(2)).await.unwrap();
 }
+
+/// A Worker started while its database does not answer (its postmaster stopped, so connections
+/// are accepted by the kernel and never served: a busy or starting server) keeps trying, each
+/// try bounded by `call_timeout`, and starts once the server answers; `start_timeout` bounds the
+/// whole; and what trying again cannot fix (no extension in the database) fails at once. 0.3.0
+/// and this release until now gave up at the first try past `call_timeout`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_started_against_a_server_that_does_not_answer_yet_waits_for_it() {
+    use std::time::Instant;
+
+    let cluster = rendezvous_tests::Cluster::start().await.unwrap();
+    let postmaster = cluster.postmaster_pid().expect("the postmaster's pid").to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill").args([sig, &postmaster]).status().unwrap().success();
+        assert!(ok, "kill {sig} {postmaster}");
+    };
+    let start = |url: String, start_timeout: Duration| async move {
+        Worker::builder(url.as_str(), "host-late")
+            .options(quick().with_call_timeout(Duration::from_millis(500)).with_start_timeout(start_timeout))
+            .workflow("w", |_job: Job| async { Ok::<(), String>(()) })
+            .start()
+            .await
+    };
+
+    signal("-STOP");
+    let starting = tokio::spawn(start(cluster.url(), Duration::from_secs(30)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waited = !starting.is_finished();
+    signal("-CONT");
+    assert!(waited, "start gave up while the server did not answer: {:?}", starting.await.unwrap().err());
+    let worker = tokio::time::timeout(Duration::from_secs(20), starting)
+        .await
+        .expect("started within 20 s of the server answering")
+        .unwrap()
+        .expect("a Worker once the server answers");
+    worker.shutdown(Duration::from_secs(5)).await.unwrap();
+
+    signal("-STOP");
+    let began = Instant::now();
+    let given_up = start(cluster.url(), Duration::from_secs(2)).await;
+    let took = began.elapsed();
+    signal("-CONT");
+    assert!(matches!(given_up, Err(rendezvous_client::Error::Disconnected(_))), "{given_up:?}");
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(5), "gave up after {took:?}");
+
+    let admin = rendezvous_tests::connect(&cluster.url()).await;
+    admin.batch_execute("CREATE DATABASE no_extension").await.unwrap();
+    let began = Instant::now();
+    let url = cluster.url();
+    let other = format!("{}/no_extension", &url[..url.rfind('/').unwrap()]);
+    let missing = start(other, Duration::from_secs(30)).await;
+    assert!(matches!(missing, Err(rendezvous_client::Error::ExtensionMissing)), "{missing:?}");
+    assert!(began.elapsed() < Duration::from_secs(3), "a missing extension was tried again");
+}

@@ -99,8 +99,10 @@ impl WorkerBuilder {
     }
 
     /// Connects, checks the extension, registers the tasks, joins the membership and starts
-    /// the scheduling loop. Configuration errors (bad schedules, unreachable database) fail
-    /// here; after this, connection losses are retried by themselves.
+    /// the scheduling loop. Configuration errors (bad schedules, a missing extension, a role
+    /// without rights) fail here at once; a database that does not answer yet (busy, starting,
+    /// unreachable) is tried again until [`start_timeout`](WorkerOptions::start_timeout), then
+    /// fails. After this, connection losses are retried by themselves.
     pub async fn start(self) -> Result<Worker> {
         crate::error::check_id("host_id", &self.host_id)?;
         let o = &self.options;
@@ -194,10 +196,7 @@ impl WorkerBuilder {
             retention_owner: AtomicBool::new(false),
             cancels: Mutex::new(HashMap::new()),
         });
-        let limit = shared.options.call_timeout;
-        let control = tokio::time::timeout(limit, control::open_control(&shared, true))
-            .await
-            .map_err(|_| crate::connection::no_answer(limit))??;
+        let control = first_control(&shared).await?;
         // What an earlier process under this host id still holds runs again at once.
         let released = runs::release_host_claims(&control.client, &shared.host_id).await?;
         if released > 0 {
@@ -209,5 +208,47 @@ impl WorkerBuilder {
         }
         let task = tokio::spawn(control::run(shared.clone(), control, stop_rx));
         Ok(Worker { shared, background: Arc::new(Background::new(stop_tx, task)) })
+    }
+}
+
+/// The first control connection, tried again while the database does not answer yet (a busy
+/// or starting server, a restart, a refused connection) until `start_timeout` has passed; what
+/// trying again cannot fix fails at once.
+async fn first_control(shared: &Shared) -> Result<control::Control> {
+    let limit = shared.options.call_timeout;
+    let deadline = tokio::time::Instant::now() + shared.options.start_timeout;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let opened = tokio::time::timeout(limit, control::open_control(shared, true))
+            .await
+            .unwrap_or_else(|_| Err(crate::connection::no_answer(limit)));
+        match opened {
+            Err(e) if not_yet(&e) && tokio::time::Instant::now() + backoff < deadline => {
+                tracing::warn!(host_id = %shared.host_id, error = %e, ?backoff, "worker starting: the database does not answer yet; trying again");
+                tokio::time::sleep(super::clock::jittered(backoff)).await;
+                backoff = (backoff * 2).min(shared.options.max_backoff);
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a failed start may succeed if tried again: no answer in time, a connection refused
+/// (no server error) or lost, or a server starting, shutting down, full or read-only (a standby
+/// being promoted).
+fn not_yet(e: &Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    let retried = [
+        SqlState::CANNOT_CONNECT_NOW,
+        SqlState::ADMIN_SHUTDOWN,
+        SqlState::CRASH_SHUTDOWN,
+        SqlState::TOO_MANY_CONNECTIONS,
+        SqlState::READ_ONLY_SQL_TRANSACTION,
+    ];
+    match e {
+        Error::Disconnected(_) => true,
+        Error::Connect(c) => c.code().is_none_or(|code| retried.contains(code)),
+        Error::Db(c) => c.is_closed() || c.code().is_some_and(|code| retried.contains(code)),
+        _ => false,
     }
 }

@@ -92,6 +92,12 @@ pub struct WorkerOptions {
     /// How long a cancelled run's handler may take to return once it is told
     /// ([`Job::cancelled`](crate::Job::cancelled)) before the worker drops it. Default 1 s.
     pub cancel_grace: Duration,
+    /// How long [`start`](crate::worker::WorkerBuilder::start) keeps trying a database that
+    /// does not answer yet (busy, starting, restarting, not reachable): each try is bounded by
+    /// `call_timeout`, with the reconnect backoff between tries. What trying again cannot fix
+    /// (a bad URL or schedule, a missing extension, a role without rights, a pooler) fails at
+    /// once. Default 30 s.
+    pub start_timeout: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -111,6 +117,7 @@ impl Default for WorkerOptions {
             queue_horizon: Some(Duration::from_millis(100)),
             retention: Some(Duration::from_secs(60)),
             cancel_grace: Duration::from_secs(1),
+            start_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -204,6 +211,13 @@ impl WorkerOptions {
     #[must_use]
     pub fn with_cancel_grace(mut self, cancel_grace: Duration) -> Self {
         self.cancel_grace = cancel_grace;
+        self
+    }
+
+    /// Sets [`start_timeout`](Self::start_timeout).
+    #[must_use]
+    pub fn with_start_timeout(mut self, start_timeout: Duration) -> Self {
+        self.start_timeout = start_timeout;
         self
     }
 

@@ -82,24 +82,13 @@ async fn main() {
         .with_poll(Duration::from_millis(200))
         .with_retention(None);
     // A loaded machine (the whole suite beside it) can leave a start unanswered past its call
-    // timeout: try again, as a supervisor restarting the process would, a few times.
-    let mut tries = 0;
-    let _worker = loop {
-        let started = Worker::builder(url.as_str(), host.as_str())
-            .options(options.clone())
-            .workflow("agent", agent)
-            .start()
-            .await;
-        match started {
-            Ok(worker) => break worker,
-            Err(e) if tries < 4 => {
-                eprintln!("agent {host}: start failed ({e}), trying again");
-                tries += 1;
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(e) => panic!("start the worker: {e}"),
-        }
-    };
+    // timeout: Worker::start tries again itself, within its start_timeout.
+    let _worker = Worker::builder(url.as_str(), host.as_str())
+        .options(options)
+        .workflow("agent", agent)
+        .start()
+        .await
+        .expect("start the worker");
     println!("started {host}");
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
