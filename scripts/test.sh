@@ -27,8 +27,18 @@ cd "$ROOT_DIR"
 
 # The private copies: target/postgresql/<major>/ followed by the original absolute paths.
 # PostgreSQL finds its share, lib and include directories relative to its own binaries, so a
-# copy that keeps their layout is an installation of its own, whose pg_config names it.
-PRIVATE_PG_DIR=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/postgresql
+# copy that keeps their layout is an installation of its own, whose pg_config names it. The
+# servers run as the postgres OS user, which must reach them: when it cannot reach target/ (a
+# checkout under a private home directory), they go under /var/tmp, one directory per target/.
+choose_private_pg_dir() {
+  local target=${CARGO_TARGET_DIR:-$ROOT_DIR/target}
+  mkdir -p "$target"
+  PRIVATE_PG_DIR=$target/postgresql
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$target"; then
+    PRIVATE_PG_DIR=/var/tmp/pg_rendezvous-$(printf %s "$target" | sha256sum | cut -c1-12)/postgresql
+    log "the postgres OS user cannot reach $target: the private copies go to $PRIVATE_PG_DIR"
+  fi
+}
 
 private_pg_config_of() { echo "$PRIVATE_PG_DIR/$1$(pg_config_of "$1")"; }
 
@@ -49,8 +59,7 @@ private_pg_tree() {
   rm -rf "$dest"
   mv "$tmp" "$dest"
   if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$(private_pg_config_of "$1")"; then
-    echo "the postgres OS user cannot reach $dest: clone into a directory every user can" \
-         "read, or set CARGO_TARGET_DIR to one" >&2
+    echo "the postgres OS user cannot reach $dest" >&2
     exit 1
   fi
 }
@@ -69,6 +78,8 @@ use_private_pgrx_home() {
 main() {
   local majors=("$@") major system_trees=()
   "$ROOT_DIR/scripts/setup.sh"
+  umask 022 # what the postgres OS user runs and reads must be readable to it
+  choose_private_pg_dir
   for major in "${PG_MAJORS_ALL[@]}"; do
     private_pg_tree "$major"
     mapfile -t -O "${#system_trees[@]}" system_trees < <(pg_tree_roots "$(pg_config_of "$major")")
