@@ -212,13 +212,13 @@ impl Database {
     /// `key=value` form), with the TLS settings as libpq reads them. A bad URL is reported
     /// when connecting, as [`Error::InvalidArgument`].
     pub fn from_url(url: &str) -> Database {
-        Database { inner: url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))), budget: None }
+        Database::new(url::parse(url).map(|(config, tls)| (config, Tls::Settings(tls))))
     }
 
     /// From settings of your own and libpq's TLS settings (the config's own `ssl_mode` is
     /// not used: `tls.mode` decides).
     pub fn with_tls(config: tokio_postgres::Config, tls: TlsSettings) -> Database {
-        Database { inner: tls.effective_mode().map(|_| (config, Tls::Settings(tls))), budget: None }
+        Database::new(tls.effective_mode().map(|_| (config, Tls::Settings(tls))))
     }
 
     /// From settings and an OpenSSL connector of your own ([`postgres_openssl`] is
@@ -228,7 +228,12 @@ impl Database {
         if config.get_ssl_mode() == DriverMode::Prefer {
             config.ssl_mode(DriverMode::Require);
         }
-        Database { inner: Ok((config, Tls::Connector(tls))), budget: None }
+        Database::new(Ok((config, Tls::Connector(tls))))
+    }
+
+    /// Settings without a cap.
+    fn new(inner: std::result::Result<(tokio_postgres::Config, Tls), String>) -> Database {
+        Database { inner, budget: None }
     }
 
     /// Caps the server sessions opened through this `Database` and its clones at `max`, so a

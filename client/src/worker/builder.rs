@@ -134,21 +134,21 @@ impl WorkerBuilder {
                 o.run_lease
             )));
         }
-        // The control loop, the side connection, retention's when it is on, and one job's: with
-        // fewer a capped host would wait for a connection that never ends.
-        let needs = 3 + usize::from(o.retention.is_some());
-        if let Some(max) = self.database.max_connections().filter(|&max| max < needs) {
-            return Err(Error::InvalidArgument(format!(
-                "the database's max_connections ({max}) is below the {needs} sessions a Worker needs to make \
-                 progress: its control loop, side connection, {}and one job's",
-                if o.retention.is_some() { "retention pass, " } else { "" }
-            )));
-        }
-        // Under a cap, handlers run at most as many at once as the cap leaves job connections
-        // beside the Worker's other sessions: running handlers and their connections are bounded
-        // together, and a handler never waits for a connection that another one holds.
         let mut options = self.options.clone();
         if let Some(max) = self.database.max_connections() {
+            // The control loop, the side connection, retention's when it is on, and one job's:
+            // with fewer a capped host would wait for a connection that never ends.
+            let needs = 3 + usize::from(o.retention.is_some());
+            if max < needs {
+                return Err(Error::InvalidArgument(format!(
+                    "the database's max_connections ({max}) is below the {needs} sessions a Worker needs to \
+                     make progress: its control loop, side connection, {}and one job's",
+                    if o.retention.is_some() { "retention pass, " } else { "" }
+                )));
+            }
+            // Handlers run at most as many at once as the cap leaves job connections beside the
+            // Worker's other sessions: running handlers and their connections are bounded
+            // together, and a handler never waits for a connection that another one holds.
             options.max_concurrent = options.max_concurrent.min(max - (needs - 1));
             if options.max_concurrent < self.options.max_concurrent {
                 tracing::info!(
@@ -215,14 +215,10 @@ impl WorkerBuilder {
 /// or starting server, a restart, a refused connection) until `start_timeout` has passed; what
 /// trying again cannot fix fails at once.
 async fn first_control(shared: &Shared) -> Result<control::Control> {
-    let limit = shared.options.call_timeout;
     let deadline = tokio::time::Instant::now() + shared.options.start_timeout;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let opened = tokio::time::timeout(limit, control::open_control(shared, true))
-            .await
-            .unwrap_or_else(|_| Err(crate::connection::no_answer(limit)));
-        match opened {
+        match control::open_within(shared, true).await {
             Err(e) if not_yet(&e) && tokio::time::Instant::now() + backoff < deadline => {
                 tracing::warn!(host_id = %shared.host_id, error = %e, ?backoff, "worker starting: the database does not answer yet; trying again");
                 tokio::time::sleep(super::clock::jittered(backoff)).await;

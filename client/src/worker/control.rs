@@ -45,7 +45,7 @@ pub(super) struct Control {
 /// A control connection, checked, with this host's tasks registered, listening for runnable
 /// runs when the worker has workflows. The first one (`first`, at `Worker::start`) also checks
 /// that its server session is its own, before any other connection of the Worker is open.
-pub(super) async fn open_control(shared: &Shared, first: bool) -> Result<Control> {
+async fn open_control(shared: &Shared, first: bool) -> Result<Control> {
     let watched = crate::connection::connect_watched(
         &shared.database,
         &format!("rendezvous scheduler {}", shared.host_id),
@@ -261,16 +261,19 @@ fn heed(shared: &Shared, key: &[u8], heard: &mut Heard, n: &tokio_postgres::Noti
 /// A new control connection within the call timeout (registering tasks and heartbeating are
 /// commits, which a primary cut off from its synchronous standby never acknowledges).
 async fn opened(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Result<Control> {
-    let limit = shared.options.call_timeout;
     tokio::select! {
-        r = tokio::time::timeout(limit, open_control(shared, false)) => {
-            r.unwrap_or_else(|_| {
-                Counters::add(&shared.counters.timeouts);
-                Err(crate::connection::no_answer(limit))
-            })
-        }
+        r = open_within(shared, false) => r,
         _ = stop.changed() => Err(Error::Disconnected("stopping".into())),
     }
+}
+
+/// [`open_control`] within `call_timeout` (counted as a timeout past it).
+pub(super) async fn open_within(shared: &Shared, first: bool) -> Result<Control> {
+    let limit = shared.options.call_timeout;
+    tokio::time::timeout(limit, open_control(shared, first)).await.unwrap_or_else(|_| {
+        Counters::add(&shared.counters.timeouts);
+        Err(crate::connection::no_answer(limit))
+    })
 }
 
 async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) {
