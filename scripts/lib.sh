@@ -42,8 +42,10 @@ else
   use_pg_major "$DEBIAN_PG_MAJOR"
 fi
 ROOT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# The rendezvous command as cargo builds it (`cargo build -p rendezvous-cli`).
-RENDEZVOUS=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/debug/rendezvous
+# cargo's target directory, and the rendezvous command as cargo builds it there (`cargo build
+# -p rendezvous-cli`).
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT_DIR/target}
+RENDEZVOUS=$TARGET_DIR/debug/rendezvous
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 

@@ -90,11 +90,11 @@ for major in "${majors[@]}"; do
     "coordination for a fleet of hosts through PostgreSQL $major" \
     "pg_rendezvous: rendezvous (HRW) dispatch over a live host set, idempotent run admission by dispatch key, leader claims with fencing epochs, exactly-once firings, and runs executed exactly once. CREATE EXTENSION pg_rendezvous in each database; docs/operations.md says which roles a host needs."
 
+  # The tarball: the same files as the Debian package's, and install.sh.
   name=pg_rendezvous-$version-pg$major-linux-x86_64
-  mkdir -p "$stage/$name/lib" "$stage/$name/extension"
-  cp "$out$libdir/pg_rendezvous.so" "$stage/$name/lib/"
-  cp sql/pg_rendezvous--*.sql "$stage/$name/extension/"
-  cp -f "$out$extdir"/pg_rendezvous* "$stage/$name/extension/"
+  mkdir -p "$stage/$name/lib"
+  cp "$root/usr/lib/postgresql/$major/lib/pg_rendezvous.so" "$stage/$name/lib/"
+  cp -r "$root/usr/share/postgresql/$major/extension" "$stage/$name/"
   cp scripts/install-package.sh "$stage/$name/install.sh"
   echo "$major" >"$stage/$name/PG_MAJOR"
   tar -czf "$out_dir/$name.tar.gz" -C "$stage" "$name"
@@ -112,7 +112,7 @@ done
 # script and the upgrade scripts to it) where `rendezvous install --portable` looks for them.
 log "building the rendezvous command ($profile)"
 if [ "$profile" = release ]; then cargo build --quiet --release -p rendezvous-cli; else cargo build --quiet -p rendezvous-cli; fi
-cli=${CARGO_TARGET_DIR:-target}/$([ "$profile" = release ] && echo release || echo debug)/rendezvous
+cli=$TARGET_DIR/$([ "$profile" = release ] && echo release || echo debug)/rendezvous
 [ "$("$cli" --version | awk '{print $2}')" = "$version" ] || { echo "package.sh: the command is not $version" >&2; exit 1; }
 install -D -m 0755 "$cli" "$stage/cli/usr/bin/rendezvous"
 install -D -m 0644 README.md "$stage/cli/usr/share/doc/rendezvous-cli/README.md"

@@ -31,12 +31,11 @@ cd "$ROOT_DIR"
 # servers run as the postgres OS user, which must reach them: when it cannot reach target/ (a
 # checkout under a private home directory), they go under /var/tmp, one directory per target/.
 choose_private_pg_dir() {
-  local target=${CARGO_TARGET_DIR:-$ROOT_DIR/target}
-  mkdir -p "$target"
-  PRIVATE_PG_DIR=$target/postgresql
-  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$target"; then
-    PRIVATE_PG_DIR=/var/tmp/pg_rendezvous-$(printf %s "$target" | sha256sum | cut -c1-12)/postgresql
-    log "the postgres OS user cannot reach $target: the private copies go to $PRIVATE_PG_DIR"
+  mkdir -p "$TARGET_DIR"
+  PRIVATE_PG_DIR=$TARGET_DIR/postgresql
+  if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$TARGET_DIR"; then
+    PRIVATE_PG_DIR=/var/tmp/pg_rendezvous-$(printf %s "$TARGET_DIR" | sha256sum | cut -c1-12)/postgresql
+    log "the postgres OS user cannot reach $TARGET_DIR: the private copies go to $PRIVATE_PG_DIR"
   fi
 }
 
@@ -45,7 +44,7 @@ private_pg_config_of() { echo "$PRIVATE_PG_DIR/$1$(pg_config_of "$1")"; }
 # Makes major $1's private copy, or makes it again when the system's tree changed (a minor
 # upgrade, a new extension package). Our own files in the system's tree are not copied.
 private_pg_tree() {
-  local dest=$PRIVATE_PG_DIR/$1 roots root stamp tmp
+  local dest=$PRIVATE_PG_DIR/$1 roots stamp tmp
   mapfile -t roots < <(pg_tree_roots "$(pg_config_of "$1")")
   stamp=$(find "${roots[@]}" ! -type d ! -name '*rendezvous*' -printf '%p %s %T@\n' | sort | sha256sum)
   [ "$(cat "$dest/.made-from" 2>/dev/null)" != "$stamp" ] || return 0
@@ -68,7 +67,7 @@ private_pg_tree() {
 # pg_config it names). Written only when it changes: pgrx-pg-sys is built again when it does.
 use_private_pgrx_home() {
   local major config="[configs]"
-  PGRX_HOME=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/pgrx-home
+  PGRX_HOME=$TARGET_DIR/pgrx-home
   for major in "${PG_MAJORS_ALL[@]}"; do config+=$'\n'"pg$major = \"$(private_pg_config_of "$major")\""; done
   mkdir -p "$PGRX_HOME"
   [ "$(cat "$PGRX_HOME/config.toml" 2>/dev/null)" = "$config" ] || echo "$config" >"$PGRX_HOME/config.toml"
@@ -111,7 +110,7 @@ main() {
     cargo install cargo-semver-checks --version "=$semver_checks" --locked --quiet
   fi
   log "the client's public API keeps 0.3.0's (cargo semver-checks against client/api/)"
-  local baseline=${CARGO_TARGET_DIR:-$ROOT_DIR/target}/api-baseline-0.3.0.json
+  local baseline=$TARGET_DIR/api-baseline-0.3.0.json
   gunzip -c client/api/rendezvous_client-0.3.0.rustdoc.json.gz >"$baseline"
   cargo semver-checks --quiet -p rendezvous-client --baseline-rustdoc "$baseline" --release-type minor
 

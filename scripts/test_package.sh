@@ -7,9 +7,10 @@
 # brings postgresql-15 from Debian), then in that root: starts a server on a Unix socket only,
 # creates the extension as a database user would, checks its version, runs `rendezvous check`
 # from the package's binary, and installs the portable edition into another database as its
-# owner (not a superuser) with the packaged `rendezvous install --portable`. Needs root (or sudo) for debootstrap and chroot, and
-# Debian's mirror (DEBIAN_MIRROR, default http://deb.debian.org/debian). The root, its mounts
-# and its server are gone on exit, failure included.
+# owner (not a superuser) with the packaged `rendezvous install --portable`. Needs root (or
+# sudo) for debootstrap and chroot, and Debian's mirror (DEBIAN_MIRROR, default
+# http://deb.debian.org/debian). The root, its mounts and its server are gone on exit, failure
+# included.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT_DIR"
@@ -17,14 +18,15 @@ major=$DEBIAN_PG_MAJOR
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 "$ROOT_DIR/scripts/package.sh" --profile dev "$major"
-version=$("${CARGO_TARGET_DIR:-target}/debug/rendezvous" --version | awk '{print $2}')
+version=$("$RENDEZVOUS" --version | awk '{print $2}')
 debs=("postgresql-$major-pg-rendezvous_${version}_amd64.deb" "rendezvous-cli_${version}_amd64.deb")
 
 root=$(realpath "$(mktemp -d /var/tmp/rendezvous-debroot.XXXXXX)")
 chmod 0755 "$root" # the root's /, which mktemp makes private
 bin=/usr/lib/postgresql/$major/bin
-# Runs a command in the root as the postgres user there.
+# Runs a command in the root as the postgres user there; psql there, on the server it starts.
 in_root_as_postgres() { as_root chroot "$root" su postgres -s /bin/sh -c "$1"; }
+psql="$bin/psql -X -h /tmp -p 5999"
 cleanup() {
   if [ -e "$root/tmp/pgdata/postmaster.pid" ]; then
     in_root_as_postgres "$bin/pg_ctl -D /tmp/pgdata -m immediate stop" >/dev/null 2>&1 || true
@@ -68,8 +70,8 @@ done
 log "the packaged extension in a server of the clean root, and the packaged rendezvous check"
 in_root_as_postgres "$bin/initdb -D /tmp/pgdata -A trust -U postgres" >/dev/null
 in_root_as_postgres "$bin/pg_ctl -D /tmp/pgdata -l /tmp/pgdata.log -w -o \"-c listen_addresses='' -k /tmp -p 5999\" start" >/dev/null
-in_root_as_postgres "$bin/psql -X -q -v ON_ERROR_STOP=1 -h /tmp -p 5999 -d postgres -c 'CREATE EXTENSION pg_rendezvous'"
-got=$(in_root_as_postgres "$bin/psql -X -At -h /tmp -p 5999 -d postgres -c \"SELECT extversion FROM pg_extension WHERE extname = 'pg_rendezvous'\"")
+in_root_as_postgres "$psql -q -v ON_ERROR_STOP=1 -d postgres -c 'CREATE EXTENSION pg_rendezvous'"
+got=$(in_root_as_postgres "$psql -At -d postgres -c \"SELECT extversion FROM pg_extension WHERE extname = 'pg_rendezvous'\"")
 [ "$got" = "$version" ] || { echo "test_package.sh: CREATE EXTENSION made version '$got', not $version" >&2; exit 1; }
 if ! in_root_as_postgres "rendezvous check --database-url 'host=/tmp port=5999 user=postgres dbname=postgres'"; then
   echo "test_package.sh: the packaged rendezvous check did not answer ready" >&2
@@ -77,7 +79,7 @@ if ! in_root_as_postgres "rendezvous check --database-url 'host=/tmp port=5999 u
 fi
 # The portable edition, as a managed service's database owner would install it: the packaged
 # command and its scripts, no psql script run by hand.
-in_root_as_postgres "$bin/psql -X -q -v ON_ERROR_STOP=1 -h /tmp -p 5999 -d postgres -c 'CREATE ROLE app_owner LOGIN CREATEROLE' -c 'CREATE DATABASE app OWNER app_owner'"
+in_root_as_postgres "$psql -q -v ON_ERROR_STOP=1 -d postgres -c 'CREATE ROLE app_owner LOGIN CREATEROLE' -c 'CREATE DATABASE app OWNER app_owner'"
 got=$(in_root_as_postgres "rendezvous install --portable --database-url 'host=/tmp port=5999 user=app_owner dbname=app'")
 echo "$got"
 [[ $got == "installed pg_rendezvous $version (portable edition) in database app as app_owner"* ]] || {
