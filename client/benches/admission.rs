@@ -4,7 +4,8 @@
 //! pg-boss's `insert`) `scripts/bench/runs_peers.sh admission` prints beside it.
 //!
 //! Run: `scripts/bench.sh admission` (starts a throwaway cluster), or
-//! `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench admission`.
+//! `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench admission`
+//! (`ADMISSION_BENCH_ONLY=batches` measures the batch admission alone).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -139,6 +140,9 @@ async fn main() {
     rendezvous_client::check_extension(&admin).await.unwrap();
     admin.batch_execute(PLAIN_TABLE).await.unwrap();
     let sync: String = admin.query_one("SHOW synchronous_commit", &[]).await.unwrap().get(0);
+    if std::env::var("ADMISSION_BENCH_ONLY").is_ok_and(|v| v == "batches") {
+        return batch_admission(&admin, &url).await;
+    }
 
     println!(
         "Spawn admission, fresh dispatch keys, median of {ROUNDS} rounds of {}s per case, synchronous_commit={sync}\n",
@@ -197,7 +201,11 @@ async fn main() {
         );
     }
     admin.batch_execute("DROP TABLE bench_plain_runs").await.unwrap();
+    batch_admission(&admin, &url).await;
+}
 
+/// Batch admission's table: runs admitted a second by `spawn_runs` from 1, 4 and 16 callers.
+async fn batch_admission(admin: &tokio_postgres::Client, url: &str) {
     println!(
         "\nBatch admission: spawn_runs with {BATCH} new runs a call, {}s per case (the peers' batch calls are in scripts/bench/runs_peers.sh admission)\n",
         PER_CASE.as_secs()
@@ -206,9 +214,9 @@ async fn main() {
     println!("|---:|---:|---:|");
     for callers in [1, 4, 16] {
         admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
-        let keyed = batches(&url, callers, true).await;
+        let keyed = batches(url, callers, true).await;
         admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
-        let keyless = batches(&url, callers, false).await;
+        let keyless = batches(url, callers, false).await;
         println!("| {callers} | {keyed:.0} | {keyless:.0} |");
     }
 }

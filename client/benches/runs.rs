@@ -4,7 +4,10 @@
 //!    host (default durability), runs executed per second, with the client's defaults and with
 //!    a local queue of runs kept full (`prefetch` 500 with no `queue_horizon`);
 //! 2. pickup latency: runs admitted at a steady rate while the hosts idle, from the admission's
-//!    acknowledgement to the handler's start (both on this machine's clock), p50 and p99.
+//!    acknowledgement to the handler's start (both on this machine's clock), p50 and p99;
+//! 3. CPU per run while the defaults drain the backlog: the server's (the postmaster and every
+//!    backend, including those that ended meanwhile) and this process's (the 4 hosts), from
+//!    /proc; `client/benches/peers/common.mjs` measures the peers' the same way.
 //!
 //! The plain-SQL floor beside it (a `FOR UPDATE SKIP LOCKED` worker loop in pgbench, two
 //! transactions per job) is `scripts/bench/runs_pgbench.sh`; `scripts/bench.sh runs` runs both.
@@ -25,7 +28,7 @@ fn backlog() -> i64 {
     std::env::var("RUNS_BENCH_BACKLOG").map_or(10_000, |v| v.parse().expect("RUNS_BENCH_BACKLOG: a number"))
 }
 /// Steady arrivals for the pickup latency: this many runs per second for `ARRIVAL_SECONDS`.
-const ARRIVALS_PER_SECOND: u64 = 100;
+const ARRIVALS_PER_SECOND: u64 = 200;
 const ARRIVAL_SECONDS: u64 = 10;
 
 type Starts = Arc<Mutex<HashMap<i64, Instant>>>;
@@ -67,9 +70,63 @@ async fn succeeded(admin: &tokio_postgres::Client) -> i64 {
         .get(0)
 }
 
-/// Runs per second draining a backlog of [`backlog()`] runs with `per_host` handlers on each host.
-async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> f64 {
+/// CPU time so far, in clock ticks of /proc (USER_HZ, 100 a second on Linux).
+mod cpu {
+    /// utime + stime of a process, and with `reaped` the children it has waited for.
+    fn ticks(pid: &str, reaped: bool) -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command's closing parenthesis: state (3), ppid (4), …, utime (14),
+        // stime (15), cutime (16), cstime (17).
+        let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Some((n(1), n(11) + n(12) + if reaped { n(13) + n(14) } else { 0 }))
+    }
+
+    /// The server's: its postmaster's with the children it has reaped, and its live children's.
+    pub fn server(postmaster: &str) -> u64 {
+        let mut total = ticks(postmaster, true).map_or(0, |(_, t)| t);
+        let pm: u64 = postmaster.parse().expect("a pid");
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+            if let Some((ppid, t)) = ticks(pid, false) {
+                if ppid == pm {
+                    total += t;
+                }
+            }
+        }
+        total
+    }
+
+    /// This process's.
+    pub fn client() -> u64 {
+        ticks("self", false).map_or(0, |(_, t)| t)
+    }
+
+    /// Microseconds of CPU per run from a difference in ticks.
+    pub fn per_run(ticks: u64, runs: i64) -> f64 {
+        ticks as f64 * 10_000.0 / runs as f64
+    }
+}
+
+/// The server's postmaster pid, read from its data directory (the bench runs beside it).
+async fn postmaster_pid(admin: &tokio_postgres::Client) -> String {
+    let dir: String = admin.query_one("SHOW data_directory", &[]).await.unwrap().get(0);
+    let pidfile = std::fs::read_to_string(format!("{dir}/postmaster.pid")).expect("read postmaster.pid");
+    pidfile.lines().next().expect("a pid").trim().to_string()
+}
+
+/// A drain's figures: runs per second, and server and client CPU per run (µs).
+struct Drain {
+    per_sec: f64,
+    server_us: f64,
+    client_us: f64,
+}
+
+/// Drains a backlog of [`backlog()`] runs with `per_host` handlers on each host.
+async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> Drain {
     let admin = rendezvous_client::connect(url).await.unwrap();
+    let postmaster = postmaster_pid(&admin).await;
     let backlog = backlog();
     admin.batch_execute("TRUNCATE rendezvous.runs CASCADE; CHECKPOINT;").await.unwrap();
     admin
@@ -80,6 +137,7 @@ async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> f64 {
         .await
         .unwrap();
     let executed = Arc::new(AtomicU64::new(0));
+    let (server_before, client_before) = (cpu::server(&postmaster), cpu::client());
     let started = Instant::now();
     let fleet = hosts(url, per_host, options, executed, None).await;
     while succeeded(&admin).await < backlog {
@@ -87,10 +145,12 @@ async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> f64 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let per_sec = backlog as f64 / started.elapsed().as_secs_f64();
+    let server_us = cpu::per_run(cpu::server(&postmaster) - server_before, backlog);
+    let client_us = cpu::per_run(cpu::client() - client_before, backlog);
     for h in fleet {
         h.shutdown(Duration::from_secs(5)).await.unwrap();
     }
-    per_sec
+    Drain { per_sec, server_us, client_us }
 }
 
 /// Pickup latency of runs admitted at a steady rate to idle hosts: p50 and p99.
@@ -137,9 +197,10 @@ async fn main() {
     };
     println!("Runs executed by {HOSTS} Worker hosts (trivial handler), a backlog of {} runs\n", backlog());
     println!(
-        "| handlers per host | handlers in all | runs/s, defaults | runs/s, a full queue of {PREFETCH} |"
+        "| handlers per host | handlers in all | runs/s, defaults | runs/s, a full queue of {PREFETCH} \
+         | server CPU µs/run, defaults | client CPU µs/run, defaults |"
     );
-    println!("|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|");
     // RUNS_BENCH_HANDLERS="1 4" measures only those cases (while looking into one).
     let cases: Vec<usize> = std::env::var("RUNS_BENCH_HANDLERS")
         .map(|v| v.split_whitespace().map(|n| n.parse().expect("RUNS_BENCH_HANDLERS: numbers")).collect())
@@ -149,13 +210,19 @@ async fn main() {
     let only_defaults = std::env::var("RUNS_BENCH_ONLY").is_ok_and(|v| v == "defaults");
     for per_host in cases {
         let plain = throughput(&url, per_host, WorkerOptions::default()).await;
+        let cpu = format!("{:.1} | {:.1}", plain.server_us, plain.client_us);
         if only_defaults {
-            println!("| {per_host} | {} | {plain:.0} | |", per_host * HOSTS);
+            println!("| {per_host} | {} | {:.0} | | {cpu} |", per_host * HOSTS, plain.per_sec);
             continue;
         }
         let full = WorkerOptions::default().with_prefetch(PREFETCH).with_queue_horizon(None);
         let ahead = throughput(&url, per_host, full).await;
-        println!("| {per_host} | {} | {plain:.0} | {ahead:.0} |", per_host * HOSTS);
+        println!(
+            "| {per_host} | {} | {:.0} | {:.0} | {cpu} |",
+            per_host * HOSTS,
+            plain.per_sec,
+            ahead.per_sec
+        );
     }
     if only_defaults {
         return;

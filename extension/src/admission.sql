@@ -175,13 +175,18 @@ BEGIN
     IF made IS NOT NULL THEN
         PERFORM rendezvous._announce('rendezvous_runs', '');
     END IF;
-    -- The repeats read the runs they yielded to (this statement sees what the insert waited for).
+    -- The repeats read the runs they yielded to (this statement sees what the insert waited for),
+    -- each by its key, and only the repeats: a lateral probe, so that no plan joins the batch
+    -- to the whole table (statistics taken when it was small make a hash join over every run
+    -- look cheap).
     SELECT array_agg(coalesce(m.run_id, e.run_id) ORDER BY u.i), array_agg(m.run_id IS NOT NULL ORDER BY u.i),
            array_agg(m.run_id IS NOT NULL OR (e.workflow_ref = u.wf AND e.input = coalesce(u.input, '{}')) ORDER BY u.i)
       INTO answer_runs, answer_created, answer_same
       FROM unnest(spawn_runs.workflow_refs, spawn_runs.inputs, spawn_runs.dispatch_keys) WITH ORDINALITY AS u(wf, input, dk, i)
       LEFT JOIN unnest(made) AS m(run_id) ON m.run_id = ids[u.i]
-      LEFT JOIN rendezvous.runs e ON m.run_id IS NULL AND e.tenant_id = spawn_runs.tenant_id AND e.dispatch_key = u.dk;
+      LEFT JOIN LATERAL (SELECT x.run_id, x.workflow_ref, x.input FROM rendezvous.runs x
+                          WHERE m.run_id IS NULL AND x.tenant_id = spawn_runs.tenant_id AND x.dispatch_key = u.dk
+                         OFFSET 0) e ON true;
     -- A run yielded to can be gone by now only if it was purged in between (finished, past its
     -- retention), or, under REPEATABLE READ, if it was admitted after this transaction began:
     -- refuse the batch, as a serialization failure a caller retries.

@@ -279,21 +279,21 @@ BEGIN
     ELSIF array_position(complete_runs.run_ids, NULL) IS NOT NULL OR array_position(complete_runs.tokens, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'run_ids and tokens must not contain NULL' USING ERRCODE = '22004';
     END IF;
-    -- Only the caller's role's claims are locked: another role's rows are never its to hold.
-    PERFORM 1 FROM rendezvous.runs r
-     WHERE r.run_id = ANY (complete_runs.run_ids) AND rendezvous._is_holder_role(r.holder_role)
-     ORDER BY r.run_id FOR NO KEY UPDATE;
-    -- The elements whose token holds their run (locked above, so it stays as read here): those
-    -- running succeed now; those already succeeded with it are repeats.
+    -- The elements whose token holds their run: those running succeed now; those already
+    -- succeeded with it are repeats. Each run is probed once and locked there, in run_id order
+    -- (the elements sorted, each probed in turn: two batches never wait for each other in a
+    -- cycle), and only when the caller's role holds it with that token (a stale or another
+    -- role's completion locks nothing, so it never holds up the run's holder).
     WITH held AS MATERIALIZED (
         SELECT u.ord, u.run_id, u.output, r.state
-          FROM unnest(complete_runs.run_ids, complete_runs.tokens,
-                      coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
-               WITH ORDINALITY AS u(run_id, token, output, ord)
-         CROSS JOIN LATERAL (SELECT x.token, x.state, x.holder_role FROM rendezvous.runs x
-                              WHERE x.run_id = u.run_id OFFSET 0) r
-         WHERE r.token = u.token AND r.state IN ('running', 'succeeded')
-           AND rendezvous._is_holder_role(r.holder_role)
+          FROM (SELECT e.* FROM unnest(complete_runs.run_ids, complete_runs.tokens,
+                          coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
+                       WITH ORDINALITY AS e(run_id, token, output, ord)
+                 ORDER BY e.run_id) u
+         CROSS JOIN LATERAL (SELECT x.state FROM rendezvous.runs x
+                              WHERE x.run_id = u.run_id AND x.token = u.token AND x.state IN ('running', 'succeeded')
+                                AND rendezvous._is_holder_role(x.holder_role)
+                                FOR NO KEY UPDATE) r
     ), done AS (
         UPDATE rendezvous.runs r
            SET state = 'succeeded', output = h.output, updated_at = now_, lease_until = NULL,

@@ -3,8 +3,9 @@
 # Node.js, given the work client/benches/runs.rs gives our runtime, on the same cluster:
 #   throughput: a backlog of 10,000 jobs, then 4 worker processes ("hosts") with 1, 4 and 16
 #     handlers each drain it with a trivial handler; jobs/s = 10,000 / the time from the hosts'
-#     start to the database counting every job completed;
-#   pickup latency: 4 idle hosts with 4 handlers each, jobs added at 100/s for 10 s; from the add
+#     start to the database counting every job completed; and the server's and the hosts' CPU per
+#     job meanwhile (/proc, as runs.rs reads ours);
+#   pickup latency: 4 idle hosts with 4 handlers each, jobs added at 200/s for 10 s; from the add
 #     call's acknowledgement to the handler's start (one machine clock), p50 and p99.
 # The node code is client/benches/peers/ (common.mjs has the shape of the measurement).
 #
@@ -97,6 +98,9 @@ driver() {
 }
 
 install_peers
+# The server's CPU is read from /proc: its postmaster's pid.
+PEER_POSTMASTER_PID=$(head -n1 "$(cluster_psql -d postgres -Atc "SHOW data_directory")/postmaster.pid")
+export PEER_POSTMASTER_PID
 for db in "${databases[@]}"; do
   cluster_psql -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 done
@@ -120,12 +124,12 @@ echo "The peers: graphile-worker $(version_of graphile-worker) and pg-boss $(ver
   "each in its fastest documented configuration (graphile-worker: local queue of 500, batched completion;" \
   "pg-boss: LISTEN/NOTIFY, batches of 100, 0.5 s polling): 4 worker processes (hosts), trivial handler, a backlog of 10000 jobs"
 echo
-echo "| peer | handlers in all (per host) | jobs/s |"
-echo "|---|---:|---:|"
+echo "| peer | handlers in all (per host) | jobs/s | server CPU µs/job | client CPU µs/job |"
+echo "|---|---:|---:|---:|---:|"
 driver graphile bench_peers_graphile throughput
 driver pgboss bench_peers_pgboss throughput
 echo
-echo "Pickup latency, 100 jobs/s added for 10 s to 4 idle hosts (4 handlers each), add acknowledged → handler started:"
+echo "Pickup latency, 200 jobs/s added for 10 s to 4 idle hosts (4 handlers each), add acknowledged → handler started:"
 echo
 driver graphile bench_peers_graphile pickup
 driver pgboss bench_peers_pgboss pickup

@@ -13,7 +13,7 @@
 // says `ready` before the clock starts; on `go` it connects and starts working, inside the timed
 // window, as a Scheduler's start is in ours. So node's own start-up is left out, the peer's is not.
 import { fork } from 'node:child_process';
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 export const HOSTS = 4;
@@ -21,7 +21,7 @@ export const BACKLOG = 10_000;
 // RUNS_BENCH_HANDLERS="1 4" measures only those cases, as it does for runs.rs.
 export const PER_HOST_CASES = (process.env.RUNS_BENCH_HANDLERS ?? '1 4 16').trim().split(/\s+/).map(Number);
 export const PICKUP_PER_HOST = 4;
-export const ARRIVALS_PER_SECOND = 100;
+export const ARRIVALS_PER_SECOND = 200;
 export const ARRIVAL_SECONDS = 10;
 // Batch admission, as client/benches/admission.rs measures spawn_runs.
 export const ADMIT_BATCH = 500;
@@ -34,6 +34,38 @@ const CASE_LIMIT_MS = Number(process.env.PEERS_CASE_LIMIT_SECONDS ?? 300) * 1000
 // machine (Date.now() has whole milliseconds only).
 export const now = () => performance.timeOrigin + performance.now();
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// CPU time in /proc's clock ticks (100 a second), as client/benches/runs.rs reads it: a process's
+// utime + stime, with `reaped` also its waited-for children's; and its parent's pid.
+function ticks(pid, reaped) {
+  let stat;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+  return { ppid: f[1], ticks: f[11] + f[12] + (reaped ? f[13] + f[14] : 0) };
+}
+
+// The server's CPU so far: its postmaster (PEER_POSTMASTER_PID) with the backends it has reaped,
+// and its live backends.
+function serverTicks() {
+  const pm = Number(process.env.PEER_POSTMASTER_PID);
+  if (!pm) throw new Error('set PEER_POSTMASTER_PID (scripts/bench/runs_peers.sh does)');
+  let total = ticks(pm, true)?.ticks ?? 0;
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const t = ticks(name, false);
+    if (t && t.ppid === pm) total += t.ticks;
+  }
+  return total;
+}
+
+// The clients' CPU so far: this driver's and its hosts'.
+function clientTicks(pids) {
+  return [process.pid, ...pids].reduce((sum, pid) => sum + (ticks(pid, false)?.ticks ?? 0), 0);
+}
 
 export function databaseUrl() {
   const url = process.env.PEER_DATABASE_URL;
@@ -87,6 +119,7 @@ async function throughput(peer, admin, driver) {
     await peer.reset(admin);
     await peer.fill(admin, BACKLOG);
     const fleet = await driver.fleet(perHost, false);
+    const [serverBefore, clientBefore] = [serverTicks(), clientTicks(fleet.pids)];
     const started = performance.now();
     await fleet.go();
     let left = await peer.remaining(admin);
@@ -95,15 +128,18 @@ async function throughput(peer, admin, driver) {
       left = await peer.remaining(admin);
     }
     const seconds = (performance.now() - started) / 1000;
+    // Microseconds of CPU per job (ticks of 10 ms).
+    const perJob = (t) => ((t * 10_000) / BACKLOG).toFixed(1);
+    const cpu = `${perJob(serverTicks() - serverBefore)} | ${perJob(clientTicks(fleet.pids) - clientBefore)}`;
     await fleet.stop();
     const all = perHost * HOSTS;
     if (left === 0) {
-      console.log(`| ${peer.name} | ${all} (${perHost}) | ${(BACKLOG / seconds).toFixed(0)} |`);
+      console.log(`| ${peer.name} | ${all} (${perHost}) | ${(BACKLOG / seconds).toFixed(0)} | ${cpu} |`);
     } else {
       const done = BACKLOG - left;
       console.log(
         `| ${peer.name} | ${all} (${perHost}) | ${(done / seconds).toFixed(0)}: unfinished, ` +
-          `${done} of ${BACKLOG} in ${seconds.toFixed(0)} s |`,
+          `${done} of ${BACKLOG} in ${seconds.toFixed(0)} s | | |`,
       );
     }
   }
@@ -192,6 +228,7 @@ class Driver {
     const hosts = Array.from({ length: HOSTS }, () => this.spawn(perHost, record));
     await Promise.all(hosts.map((h) => expect(h, 'ready')));
     return {
+      pids: hosts.map((h) => h.pid),
       // Resolves when every host has started working (it was told `go` just before).
       go: async () => {
         for (const h of hosts) h.send('go');
