@@ -61,6 +61,8 @@ on_cluster() {
     if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_pgbench.sh"; fi
     # And beside the peers on PostgreSQL, graphile-worker and pg-boss.
     if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_peers.sh"; fi
+    # And what a claim and a completion cost the server, beside plain SQL of growing shape.
+    if [ "$b" = runs ]; then "$ROOT_DIR/scripts/bench/runs_server.sh"; fi
   done
 }
 
