@@ -482,6 +482,48 @@ async fn a_slow_host_holds_little_that_idle_hosts_could_run() {
     assert_eq!(ran.values().sum::<u32>() as i64, RUNS, "{ran:?}");
 }
 
+/// The local queue is refilled once half empty, while its other half runs: a host with one
+/// slot and 1 ms handlers (a queue of about 100 ms of runs, refilled every few dozen) drains
+/// 1,500 runs with its handler rarely waiting for a claim. Before, the refill went out only
+/// once the queue was empty, so every refill was a wait (`waits_for_claims` about `looks`).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_local_queue_is_refilled_before_it_runs_dry() {
+    const RUNS: i64 = 1_500;
+    let db = TestDb::new("runs_refill").await;
+    let admin = db.connect().await;
+    admin
+        .execute(
+            "SELECT rendezvous.spawn_run('acme', 'refill', '{}') FROM generate_series(1::int8, $1::int8)",
+            &[&RUNS],
+        )
+        .await
+        .unwrap();
+    let host = Worker::builder(db.url.as_str(), "refill-host")
+        .options(WorkerOptions::default().with_max_concurrent(1))
+        .workflow("refill", |_job: Job| async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    wait_for_count(
+        &admin,
+        "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'refill' AND state = 'succeeded'",
+        RUNS,
+    )
+    .await;
+    let stats = host.stats();
+    host.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert!(stats.looks >= 20, "the queue was refilled {} times: too few to tell ({stats:?})", stats.looks);
+    assert!(
+        stats.waits_for_claims * 4 <= stats.looks,
+        "the handler waited for {} of {} looks ({stats:?})",
+        stats.waits_for_claims,
+        stats.looks
+    );
+}
+
 /// Anyone who can connect may NOTIFY the runtime's channels (#39): a host acts only on the
 /// extension's own announcements (signed, numbered), so a flood of forged and replayed
 /// notifications makes no look at the database and cancels nothing; a real cancel_run still

@@ -191,6 +191,8 @@ impl WorkerBuilder {
             finished: Notify::new(),
             runs_waiting: AtomicBool::new(false),
             firings_waiting: AtomicBool::new(false),
+            more_runs: AtomicBool::new(false),
+            jobs: Mutex::default(),
             queued: Mutex::new(std::collections::VecDeque::new()),
             run_pace: super::run_source::Pace::default(),
             retention_owner: AtomicBool::new(false),

@@ -96,7 +96,6 @@ pub(super) async fn run(
     mut stop: watch::Receiver<bool>,
 ) -> Vec<JoinHandle<()>> {
     let mut control = Some(first);
-    let mut jobs: Vec<JoinHandle<()>> = Vec::new();
     let mut backoff = Duration::from_millis(100);
     let mut last_heartbeat = Instant::now();
     let mut view: Option<LiveView> = None;
@@ -105,7 +104,7 @@ pub(super) async fn run(
         if *stop.borrow() {
             break;
         }
-        jobs.retain(|j| !j.is_finished());
+        shared.jobs.lock().expect("jobs lock").retain(|j| !j.is_finished());
         let mut control_now = match control.take().filter(|c| !c.client.is_closed()) {
             Some(c) => c,
             None => match opened(&shared, &mut stop).await {
@@ -131,8 +130,10 @@ pub(super) async fn run(
         // A look that gets no answer in time is cancelled; a server that answers the cancel is
         // only slow and the connection is kept, whatever the look did known (claims it made are
         // started); one that does not (a primary that cannot commit, a dead path) loses the
-        // connection, and it is made again. A shutdown does not wait for it.
+        // connection, and it is made again. A shutdown does not wait for it. Meanwhile, freed
+        // slots take queued work (a refill's claim is out while the queue's other half runs).
         let give_up = control_now.give_up.clone();
+        let freed = std::sync::atomic::AtomicBool::new(false);
         let looked = tokio::select! {
             r = crate::connection::bounded(
                 &give_up,
@@ -140,15 +141,21 @@ pub(super) async fn run(
                 timed(
                     shared.options.call_timeout,
                     &shared,
-                    tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat, &mut jobs),
+                    tick(&shared, &control_now.client, &mut view, &mut offset, &mut last_heartbeat),
                 ),
             ) => r,
+            never = start_while_looking(&shared, &freed) => match never {},
             _ = stop.changed() => break,
         };
+        // A slot freed during the look with nothing queued: between_looks decides what it
+        // asks for, as if it had just been freed.
+        if freed.load(Ordering::Relaxed) {
+            shared.finished.notify_one();
+        }
         match looked {
             Ok(wait) => {
                 backoff = Duration::from_millis(100);
-                between_looks(&shared, &mut control_now, &mut jobs, ticked, wait, &mut stop).await;
+                between_looks(&shared, &mut control_now, ticked, wait, &mut stop).await;
                 control = Some(control_now);
             }
             Err(e) => {
@@ -165,8 +172,26 @@ pub(super) async fn run(
             }
         }
     }
+    let mut jobs = std::mem::take(&mut *shared.jobs.lock().expect("jobs lock"));
     jobs.retain(|j| !j.is_finished());
     jobs
+}
+
+/// While a look is out: each freed slot takes queued work; a slot freed with nothing queued is
+/// noted in `freed`. Never returns (the look, or a stop, ends it).
+async fn start_while_looking(
+    shared: &Arc<Shared>,
+    freed: &std::sync::atomic::AtomicBool,
+) -> std::convert::Infallible {
+    loop {
+        shared.finished.notified().await;
+        if shared.queued.lock().expect("queue lock").is_empty() {
+            run_source::note_empty_queue(shared);
+            freed.store(true, Ordering::Relaxed);
+        } else if let Err(e) = start_queued(shared) {
+            tracing::warn!(error = %e, "could not start queued work");
+        }
+    }
 }
 
 /// Waits for the next look, `wait` after the last one began (`ticked`), or sooner when runs
@@ -175,7 +200,6 @@ pub(super) async fn run(
 async fn between_looks(
     shared: &Arc<Shared>,
     control: &mut Control,
-    jobs: &mut Vec<JoinHandle<()>>,
     ticked: Instant,
     wait: Duration,
     stop: &mut watch::Receiver<bool>,
@@ -200,13 +224,19 @@ async fn between_looks(
                 continue;
             }
             _ = shared.finished.notified() => {
-                // Work queued here takes a freed slot with no look at the database.
+                // Work queued here takes a freed slot with no look at the database; a
+                // queue of runs down to half its target is refilled now, while the rest
+                // runs.
                 if !shared.queued.lock().expect("queue lock").is_empty() {
-                    if let Err(e) = start_queued(shared, jobs) {
+                    if let Err(e) = start_queued(shared) {
                         tracing::warn!(error = %e, "could not start queued work");
+                    }
+                    if run_source::wants_refill(shared) {
+                        break;
                     }
                     continue;
                 }
+                run_source::note_empty_queue(shared);
                 // With work waiting, a freed slot is claimed at once. Otherwise
                 // jobs finishing one by one must not make a look each (each costs
                 // the database a query): the next look gathers what finished
@@ -291,7 +321,6 @@ async fn tick(
     view: &mut Option<LiveView>,
     offset: &mut Option<Offset>,
     last_heartbeat: &mut Instant,
-    jobs: &mut Vec<JoinHandle<()>>,
 ) -> Result<Duration> {
     let o = &shared.options;
     let heartbeat_due = view.is_none() || last_heartbeat.elapsed() >= o.heartbeat;
@@ -300,7 +329,7 @@ async fn tick(
         *last_heartbeat = Instant::now();
     }
     let hosts = view.as_ref().expect("read above").hosts();
-    if shared.slots.available_permits() == 0 {
+    if shared.slots.available_permits() == 0 && !run_source::wants_refill(shared) {
         return Ok(o.poll); // woken early by a finishing firing
     }
     // A worker of workflows alone reads no firings: it measures the clocks' offset (for when
@@ -316,10 +345,10 @@ async fn tick(
         firing_source::claim_due(shared, client, hosts, offset).await?
     };
     // Firings claimed now and work queued before go into the free slots, oldest claim first.
-    start_queued(shared, jobs)?;
+    start_queued(shared)?;
     // Admitted runs, with the slots the firings left.
     if !shared.workflows.is_empty() {
-        match run_source::claim(shared, client, jobs).await? {
+        match run_source::claim(shared, client).await? {
             RunLook::MoreWaiting => return Ok(MIN_TICK), // look again once slots free up
             RunLook::NextRunnable(Some(at)) => next = Some(next.map_or(at, |n| n.min(at))),
             RunLook::NextRunnable(None) => {}

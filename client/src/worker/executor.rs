@@ -20,7 +20,7 @@ use crate::{signals, Error, Result};
 /// Starts queued work in the free slots, oldest claim first; work queued for more than half
 /// its lease is released instead (another host may run it at once), not run on a claim near
 /// its end.
-pub(super) fn start_queued(shared: &Arc<Shared>, jobs: &mut Vec<JoinHandle<()>>) -> Result<()> {
+pub(super) fn start_queued(shared: &Arc<Shared>) -> Result<()> {
     loop {
         if shared.slots.available_permits() == 0 {
             return Ok(());
@@ -43,7 +43,8 @@ pub(super) fn start_queued(shared: &Arc<Shared>, jobs: &mut Vec<JoinHandle<()>>)
         if matches!(q.work, Work::Run(_)) {
             shared.run_pace.started.fetch_add(1, Ordering::Relaxed);
         }
-        jobs.push(start_job(shared.clone(), q.work, q.token, q.attempt, q.lease)?);
+        let job = start_job(shared.clone(), q.work, q.token, q.attempt, q.lease)?;
+        shared.jobs.lock().expect("jobs lock").push(job);
     }
 }
 

@@ -94,6 +94,12 @@ struct Shared {
     runs_waiting: AtomicBool,
     /// Set when the last look found more claimable firings than free slots: as for runs.
     firings_waiting: AtomicBool,
+    /// Set when the last claim of runs took all it asked for: the database may hold more, so
+    /// the local queue is refilled once half empty, while the other half runs.
+    more_runs: AtomicBool,
+    /// The handles of the jobs started (the loop drops those that ended): what shutdown waits
+    /// for. Queued work is started by the loop, also while a look is out.
+    jobs: Mutex<Vec<JoinHandle<()>>>,
     /// Work claimed ahead of free slots, oldest claim first: runs (`prefetch`) and the
     /// firings this host ranks first for (up to `FIRINGS_AHEAD_PER_SLOT` a slot).
     queued: Mutex<VecDeque<Queued>>,

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use super::executor::start_queued;
@@ -25,14 +24,9 @@ pub(super) enum RunLook {
 }
 
 /// Claims runs into the local queue and starts them in the free slots.
-pub(super) async fn claim(
-    shared: &Arc<Shared>,
-    client: &Client,
-    jobs: &mut Vec<JoinHandle<()>>,
-) -> Result<RunLook> {
+pub(super) async fn claim(shared: &Arc<Shared>, client: &Client) -> Result<RunLook> {
     let o = &shared.options;
-    let queued =
-        shared.queued.lock().expect("queue lock").iter().filter(|q| matches!(q.work, Work::Run(_))).count();
+    let queued = queued_runs(shared);
     let free = shared.slots.available_permits();
     // What to claim: the free slots (the queue is empty when any is free), and a refill of
     // the queue once it is half empty (each claim fetching many).
@@ -51,6 +45,7 @@ pub(super) async fn claim(
         };
         let claims = runs::claim_runs(client, &shared.host_id, &options).await?;
         all_taken = claims.len() == want;
+        shared.more_runs.store(all_taken, Ordering::Relaxed);
         let none = claims.is_empty();
         let claimed_at = Instant::now();
         {
@@ -69,7 +64,7 @@ pub(super) async fn claim(
                 });
             }
         }
-        start_queued(shared, jobs)?;
+        start_queued(shared)?;
         if none {
             // A retry's backoff or a lease ending: when a run next becomes runnable. (After a
             // claim that took some, the jobs it started make the next look as they finish, or
@@ -87,6 +82,30 @@ pub(super) async fn claim(
         return Ok(RunLook::MoreWaiting);
     }
     Ok(RunLook::NextRunnable(next))
+}
+
+/// The runs in the local queue.
+fn queued_runs(shared: &Shared) -> usize {
+    shared.queued.lock().expect("queue lock").iter().filter(|q| matches!(q.work, Work::Run(_))).count()
+}
+
+/// Whether the local queue of runs wants its refill now: the last claim took all it asked for
+/// (the database may hold more) and the queue is down to half its target or less. The refill's
+/// claim then runs while the other half does, so no handler waits for its round trip.
+pub(super) fn wants_refill(shared: &Shared) -> bool {
+    if !shared.more_runs.load(Ordering::Relaxed) {
+        return false;
+    }
+    let o = &shared.options;
+    let target = shared.run_pace.queue_target(o.prefetch, o.queue_horizon, o.max_concurrent);
+    target > 0 && queued_runs(shared) <= target / 2
+}
+
+/// Counts a freed slot that found no run queued while the database may hold more.
+pub(super) fn note_empty_queue(shared: &Shared) {
+    if shared.more_runs.load(Ordering::Relaxed) {
+        Counters::add(&shared.counters.waits_for_claims);
+    }
 }
 
 /// The pace this host starts runs at, which sizes its local queue: about `queue_horizon` of

@@ -39,6 +39,11 @@ pub struct WorkerStats {
     /// Notifications on the runtime's channels that the extension did not send (anyone may
     /// `NOTIFY`), or repeated: ignored, at no cost to the database.
     pub ignored_wakeups: u64,
+    /// Slots freed with no run queued here while the database may have held more (the last
+    /// claim took all it asked for): a handler waited for a claim's round trip. The local
+    /// queue is refilled once half empty so that this stays rare; many mean claims slower
+    /// than half the queue's work (`queue_horizon`).
+    pub waits_for_claims: u64,
 }
 
 #[derive(Default)]
@@ -57,6 +62,7 @@ pub(super) struct Counters {
     pub(super) lost_leases: AtomicU64,
     pub(super) looks: AtomicU64,
     pub(super) ignored_wakeups: AtomicU64,
+    pub(super) waits_for_claims: AtomicU64,
 }
 
 impl Counters {
@@ -81,6 +87,7 @@ impl Counters {
             lost_leases: g(&self.lost_leases),
             looks: g(&self.looks),
             ignored_wakeups: g(&self.ignored_wakeups),
+            waits_for_claims: g(&self.waits_for_claims),
         }
     }
 }
