@@ -279,17 +279,19 @@ BEGIN
     ELSIF array_position(complete_runs.run_ids, NULL) IS NOT NULL OR array_position(complete_runs.tokens, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'run_ids and tokens must not contain NULL' USING ERRCODE = '22004';
     END IF;
-    -- The elements whose token holds their run: those running succeed now; those already
-    -- succeeded with it are repeats. Each run is probed once and locked there, in run_id order
-    -- (the elements sorted, each probed in turn: two batches never wait for each other in a
-    -- cycle), and only when the caller's role holds it with that token (a stale or another
-    -- role's completion locks nothing, so it never holds up the run's holder).
+    -- The claims (run, token) whose token holds their run: those running succeed now; those
+    -- already succeeded with it are repeats. Each run is probed once and locked there, in
+    -- run_id order (the claims sorted, each probed in turn: two batches never wait for each
+    -- other in a cycle), and only when the caller's role holds it with that token (a stale or
+    -- another role's completion locks nothing, so it never holds up the run's holder). A claim
+    -- given twice is probed once (its first element's output is kept) and answers for both.
     WITH held AS MATERIALIZED (
-        SELECT u.ord, u.run_id, u.output, r.state
-          FROM (SELECT e.* FROM unnest(complete_runs.run_ids, complete_runs.tokens,
-                          coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
+        SELECT u.run_id, u.token, u.output, r.state
+          FROM (SELECT DISTINCT ON (e.run_id, e.token) e.*
+                  FROM unnest(complete_runs.run_ids, complete_runs.tokens,
+                              coalesce(complete_runs.outputs, array_fill(NULL::jsonb, ARRAY[cardinality(complete_runs.run_ids)])))
                        WITH ORDINALITY AS e(run_id, token, output, ord)
-                 ORDER BY e.run_id) u
+                 ORDER BY e.run_id, e.token, e.ord) u
          CROSS JOIN LATERAL (SELECT x.state FROM rendezvous.runs x
                               WHERE x.run_id = u.run_id AND x.token = u.token AND x.state IN ('running', 'succeeded')
                                 AND rendezvous._is_holder_role(x.holder_role)
@@ -304,7 +306,9 @@ BEGIN
     )
     SELECT (SELECT count(*) FROM done),
            (SELECT array_agg(DISTINCT d.parent_run_id) FILTER (WHERE d.parent_run_id IS NOT NULL) FROM done d),
-           (SELECT coalesce(array_agg(h.ord::integer), '{}') FROM held h)
+           (SELECT coalesce(array_agg(e.ord::integer), '{}')
+              FROM unnest(complete_runs.run_ids, complete_runs.tokens) WITH ORDINALITY AS e(run_id, token, ord)
+              JOIN held h ON h.run_id = e.run_id AND h.token = e.token)
       INTO finished, parents, held_ords;
     IF finished > 0 THEN
         PERFORM rendezvous._durable_commit();

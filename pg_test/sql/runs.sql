@@ -54,6 +54,13 @@ SELECT :'higher_token' AS higher_token, :attempt AS attempt;
 SELECT rendezvous.fail_run(:retried, :t1 + 1, 'second failure') AS after_second;
 SELECT count(*) AS failed_for_good_is_never_claimed FROM rendezvous.claim_runs('worker-a', 10, '30 s', ARRAY['deliver'], '0 s');
 
+-- A batch that names one claim twice completes it once and answers true for both, and the
+-- same batch again answers true for both (repeats); a stale token beside it answers false.
+SELECT run_id AS twice FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 6}', 'msg-6') \gset
+SELECT token AS twice_token FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s') \gset
+SELECT ord, completed FROM rendezvous.complete_runs(ARRAY[:twice, :twice, :twice]::bigint[], ARRAY[:twice_token, :twice_token, :twice_token - 1]::bigint[]);
+SELECT ord, completed FROM rendezvous.complete_runs(ARRAY[:twice, :twice]::bigint[], ARRAY[:twice_token, :twice_token]::bigint[]);
+
 -- A backoff: the retry is not claimable before it, by the database clock.
 SELECT run_id AS backed_off FROM rendezvous.spawn_run('acme', 'deliver', '{"n": 4}', 'msg-4', 3, '1 hour') \gset
 SELECT token AS t4 FROM rendezvous.claim_runs('worker-a', 1, '30 s', ARRAY['deliver'], '0 s') \gset

@@ -147,15 +147,15 @@ pub(super) async fn run(
             never = start_while_looking(&shared, &freed) => match never {},
             _ = stop.changed() => break,
         };
-        // A slot freed during the look with nothing queued: between_looks decides what it
-        // asks for, as if it had just been freed.
-        if freed.load(Ordering::Relaxed) {
-            shared.finished.notify_one();
-        }
         match looked {
             Ok(wait) => {
                 backoff = Duration::from_millis(100);
-                between_looks(&shared, &mut control_now, ticked, wait, &mut stop).await;
+                // A slot freed during the look with nothing to start (counted then, if it
+                // waited for a claim): what it asks for is decided now.
+                let freed = freed.load(Ordering::Relaxed);
+                if !(freed && after_freed_slot(&shared, false)) {
+                    between_looks(&shared, &mut control_now, ticked, wait, &mut stop).await;
+                }
                 control = Some(control_now);
             }
             Err(e) => {
@@ -187,9 +187,13 @@ async fn start_while_looking(
         shared.finished.notified().await;
         if shared.queued.lock().expect("queue lock").is_empty() {
             run_source::note_empty_queue(shared);
-            freed.store(true, Ordering::Relaxed);
         } else if let Err(e) = start_queued(shared) {
             tracing::warn!(error = %e, "could not start queued work");
+        }
+        // A slot still free (nothing queued, or only work held too long, which is released):
+        // the loop decides what it asks for once the look is back.
+        if shared.slots.available_permits() > 0 {
+            freed.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -224,33 +228,42 @@ async fn between_looks(
                 continue;
             }
             _ = shared.finished.notified() => {
-                // Work queued here takes a freed slot with no look at the database; a
-                // queue of runs down to half its target is refilled now, while the rest
-                // runs.
-                if !shared.queued.lock().expect("queue lock").is_empty() {
-                    if let Err(e) = start_queued(shared) {
-                        tracing::warn!(error = %e, "could not start queued work");
-                    }
-                    if run_source::wants_refill(shared) {
-                        break;
-                    }
-                    continue;
-                }
-                run_source::note_empty_queue(shared);
-                // With work waiting, a freed slot is claimed at once. Otherwise
-                // jobs finishing one by one must not make a look each (each costs
-                // the database a query): the next look gathers what finished
-                // meanwhile, and an announced run still wakes the host at once.
-                if shared.runs_waiting.load(Ordering::Relaxed)
-                    || shared.firings_waiting.load(Ordering::Relaxed)
-                {
+                if after_freed_slot(shared, true) {
                     break;
                 }
-                next_look = next_look.min(ticked + GATHER);
+                // Jobs finishing one by one must not make a look each (each costs the
+                // database a query): the next look gathers what finished meanwhile, and an
+                // announced run still wakes the host at once.
+                if shared.slots.available_permits() > 0 {
+                    next_look = next_look.min(ticked + GATHER);
+                }
             }
             _ = stop.changed() => break,
         }
     }
+}
+
+/// What a freed slot asks for: queued work takes it with no look at the database, and a queue
+/// of runs down to half its target wants its refill now, while the rest runs; with nothing
+/// queued, work waiting in the database (the last look took all it asked for) is claimed at
+/// once. True when the loop should look now. `count`: a slot that waits for a claim counts in
+/// `waits_for_claims` (not again when start_while_looking counted it).
+fn after_freed_slot(shared: &Arc<Shared>, count: bool) -> bool {
+    if !shared.queued.lock().expect("queue lock").is_empty() {
+        if let Err(e) = start_queued(shared) {
+            tracing::warn!(error = %e, "could not start queued work");
+        }
+        if run_source::wants_refill(shared) {
+            return true;
+        }
+    }
+    if shared.slots.available_permits() == 0 {
+        return false;
+    }
+    if count {
+        run_source::note_empty_queue(shared);
+    }
+    shared.runs_waiting.load(Ordering::Relaxed) || shared.firings_waiting.load(Ordering::Relaxed)
 }
 
 /// `look`, counting in `timeouts` when it has no answer within `limit` (it goes on: see
@@ -334,7 +347,8 @@ async fn tick(
     }
     // A worker of workflows alone reads no firings: it measures the clocks' offset (for when
     // the next run becomes runnable) with each heartbeat instead.
-    let (mut wait, mut next) = if shared.handlers.is_empty() {
+    // A look for the queue's refill with every slot busy claims runs only.
+    let (mut wait, mut next) = if shared.handlers.is_empty() || shared.slots.available_permits() == 0 {
         if heartbeat_due || offset.is_none() {
             let local_before = SystemTime::now();
             let db_now: SystemTime = sql::query_one(client, sql::CLOCK, &[]).await?.get(0);

@@ -92,13 +92,15 @@ fn queued_runs(shared: &Shared) -> usize {
 /// Whether the local queue of runs wants its refill now: the last claim took all it asked for
 /// (the database may hold more) and the queue is down to half its target or less. The refill's
 /// claim then runs while the other half does, so no handler waits for its round trip.
+/// A queue of a few runs is refilled only once empty (at half it would make a look per
+/// finished run).
 pub(super) fn wants_refill(shared: &Shared) -> bool {
     if !shared.more_runs.load(Ordering::Relaxed) {
         return false;
     }
     let o = &shared.options;
-    let target = shared.run_pace.queue_target(o.prefetch, o.queue_horizon, o.max_concurrent);
-    target > 0 && queued_runs(shared) <= target / 2
+    let target = shared.run_pace.last_target(o.prefetch, o.queue_horizon);
+    target >= 4 && queued_runs(shared) <= target / 2
 }
 
 /// Counts a freed slot that found no run queued while the database may hold more.
@@ -152,6 +154,14 @@ impl Pace {
             *sample = (Instant::now(), started, rate);
         }
         ((sample.2 * horizon.as_secs_f64()).ceil() as usize).min(cap)
+    }
+
+    /// The target at the last sample's pace, taking no sample (asked after every finished
+    /// run, it would measure the pace over a few milliseconds).
+    pub(super) fn last_target(&self, cap: usize, horizon: Option<Duration>) -> usize {
+        let Some(horizon) = horizon else { return cap };
+        let rate = self.sample.lock().expect("pace lock").2;
+        ((rate * horizon.as_secs_f64()).ceil() as usize).min(cap)
     }
 }
 
