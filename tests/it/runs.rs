@@ -345,6 +345,17 @@ async fn a_restarted_host_takes_back_what_its_hung_predecessor_held() {
     old.start_kill().unwrap();
 }
 
+/// Admits `n` runs of `workflow` for tenant acme, in one statement.
+async fn admit(admin: &tokio_postgres::Client, workflow: &str, n: i64) {
+    admin
+        .execute(
+            "SELECT rendezvous.spawn_run('acme', $1, '{}') FROM generate_series(1::int8, $2::int8)",
+            &[&workflow, &n],
+        )
+        .await
+        .unwrap();
+}
+
 /// Runs claimed ahead into a local queue (`prefetch`) still run exactly once across hosts, and
 /// a shutdown hands back what it queued and never started: those runs are pending again at
 /// once, for another host, without counting an attempt.
@@ -353,13 +364,7 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
     const RUNS: i64 = 400;
     let db = TestDb::new("runs_prefetch").await;
     let admin = db.connect().await;
-    admin
-        .execute(
-            "SELECT rendezvous.spawn_run('acme', 'pf', '{}') FROM generate_series(1::int8, $1::int8)",
-            &[&RUNS],
-        )
-        .await
-        .unwrap();
+    admit(&admin, "pf", RUNS).await;
     let seen: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let mut hosts = Vec::new();
     for h in ["pf-a", "pf-b", "pf-c"] {
@@ -428,13 +433,7 @@ async fn a_slow_host_holds_little_that_idle_hosts_could_run() {
     const RUNS: i64 = 600;
     let db = TestDb::new("runs_balance").await;
     let admin = db.connect().await;
-    admin
-        .execute(
-            "SELECT rendezvous.spawn_run('acme', 'bal', '{}') FROM generate_series(1::int8, $1::int8)",
-            &[&RUNS],
-        )
-        .await
-        .unwrap();
+    admit(&admin, "bal", RUNS).await;
     let ran: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let mut hosts = Vec::new();
     for (h, slots, pause) in [("bal-slow", 1, 100), ("bal-a", 4, 5), ("bal-b", 4, 5), ("bal-c", 4, 5)] {
@@ -491,13 +490,7 @@ async fn the_local_queue_is_refilled_before_it_runs_dry() {
     const RUNS: i64 = 1_500;
     let db = TestDb::new("runs_refill").await;
     let admin = db.connect().await;
-    admin
-        .execute(
-            "SELECT rendezvous.spawn_run('acme', 'refill', '{}') FROM generate_series(1::int8, $1::int8)",
-            &[&RUNS],
-        )
-        .await
-        .unwrap();
+    admit(&admin, "refill", RUNS).await;
     let host = Worker::builder(db.url.as_str(), "refill-host")
         .options(WorkerOptions::default().with_max_concurrent(1))
         .workflow("refill", |_job: Job| async {
