@@ -23,6 +23,11 @@ fn run_on_a_cluster(script: &str) -> String {
     stdout
 }
 
+/// What a script printed after its line `--- name`, up to the next such line.
+fn section(stdout: &str, name: &str) -> String {
+    stdout.split(&format!("--- {name}\n")).nth(1).unwrap().split("--- ").next().unwrap().to_owned()
+}
+
 /// Runs `rendezvous fleet` with `args`; its report, once it passed: every firing due completed,
 /// none run twice, none lost, none failed for good.
 fn a_passing_fleet(args: &[&str]) -> String {
@@ -97,9 +102,7 @@ done
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
     let stdout = run_on_a_cluster(&script);
-    let part = |who: &str| {
-        stdout.split(&format!("--- {who}\n")).nth(1).unwrap().split("--- ").next().unwrap().to_owned()
-    };
+    let part = |who: &str| section(&stdout, who);
     let (obs, host, none) = (part("obs"), part("host"), part("none"));
     assert!(
         obs.contains("cannot run a host") && obs.contains("GRANT rendezvous_host") && obs.contains("exit 1"),
@@ -145,9 +148,7 @@ for db in new old theirs; do {psql} -X -q -c "DROP DATABASE {role}_$db"; done
         rendezvous = env!("CARGO_BIN_EXE_rendezvous"),
     );
     let stdout = run_on_a_cluster(&script);
-    let part = |name: &str| {
-        stdout.split(&format!("--- {name}\n")).nth(1).unwrap().split("--- ").next().unwrap().to_owned()
-    };
+    let part = |name: &str| section(&stdout, name);
     let version = rendezvous_client::EXTENSION_VERSION;
     let new = part("new");
     assert!(

@@ -145,8 +145,8 @@ async fn throughput(url: &str, per_host: usize, options: WorkerOptions) -> Drain
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let per_sec = backlog as f64 / started.elapsed().as_secs_f64();
-    let server_us = cpu::per_run(cpu::server(&postmaster) - server_before, backlog);
-    let client_us = cpu::per_run(cpu::client() - client_before, backlog);
+    let server_us = cpu::per_run(cpu::server(&postmaster).saturating_sub(server_before), backlog);
+    let client_us = cpu::per_run(cpu::client().saturating_sub(client_before), backlog);
     for h in fleet {
         h.shutdown(Duration::from_secs(5)).await.unwrap();
     }

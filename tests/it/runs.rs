@@ -356,6 +356,25 @@ async fn admit(admin: &tokio_postgres::Client, workflow: &str, n: i64) {
         .unwrap();
 }
 
+/// A started Worker whose handler of `workflow` sleeps `pause` and succeeds.
+async fn sleeping_worker(
+    url: &str,
+    host_id: &str,
+    workflow: &str,
+    options: WorkerOptions,
+    pause: Duration,
+) -> Worker {
+    Worker::builder(url, host_id)
+        .options(options)
+        .workflow(workflow, move |_job: Job| async move {
+            tokio::time::sleep(pause).await;
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
 /// Runs claimed ahead into a local queue (`prefetch`) still run exactly once across hosts, and
 /// a shutdown hands back what it queued and never started: those runs are pending again at
 /// once, for another host, without counting an attempt.
@@ -391,20 +410,9 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
 
     // One slow host: one run at a time, 20 queued (kept full: no horizon); its shutdown (no
     // time to finish) hands all back.
-    admin
-        .execute("SELECT rendezvous.spawn_run('acme', 'slow', '{}') FROM generate_series(1, 30)", &[])
-        .await
-        .unwrap();
+    admit(&admin, "slow", 30).await;
     let options = WorkerOptions::default().with_max_concurrent(1).with_prefetch(20).with_queue_horizon(None);
-    let slow = Worker::builder(db.url.as_str(), "pf-slow")
-        .options(options)
-        .workflow("slow", |_job: Job| async {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            Ok::<(), std::io::Error>(())
-        })
-        .start()
-        .await
-        .unwrap();
+    let slow = sleeping_worker(&db.url, "pf-slow", "slow", options, Duration::from_secs(60)).await;
     wait_for_count(
         &admin,
         "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'slow' AND state = 'running'",
@@ -491,15 +499,8 @@ async fn the_local_queue_is_refilled_before_it_runs_dry() {
     let db = TestDb::new("runs_refill").await;
     let admin = db.connect().await;
     admit(&admin, "refill", RUNS).await;
-    let host = Worker::builder(db.url.as_str(), "refill-host")
-        .options(WorkerOptions::default().with_max_concurrent(1))
-        .workflow("refill", |_job: Job| async {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            Ok::<(), std::io::Error>(())
-        })
-        .start()
-        .await
-        .unwrap();
+    let options = WorkerOptions::default().with_max_concurrent(1);
+    let host = sleeping_worker(&db.url, "refill-host", "refill", options, Duration::from_millis(1)).await;
     wait_for_count(
         &admin,
         "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'refill' AND state = 'succeeded'",

@@ -153,16 +153,20 @@ impl Pace {
             let rate = if rate == 0.0 { now_rate } else { (rate + now_rate) / 2.0 };
             *sample = (Instant::now(), started, rate);
         }
-        ((sample.2 * horizon.as_secs_f64()).ceil() as usize).min(cap)
+        target(sample.2, horizon, cap)
     }
 
     /// The target at the last sample's pace, taking no sample (asked after every finished
     /// run, it would measure the pace over a few milliseconds).
     pub(super) fn last_target(&self, cap: usize, horizon: Option<Duration>) -> usize {
         let Some(horizon) = horizon else { return cap };
-        let rate = self.sample.lock().expect("pace lock").2;
-        ((rate * horizon.as_secs_f64()).ceil() as usize).min(cap)
+        target(self.sample.lock().expect("pace lock").2, horizon, cap)
     }
+}
+
+/// `horizon` of runs at `rate` runs a second, at most `cap`.
+fn target(rate: f64, horizon: Duration, cap: usize) -> usize {
+    ((rate * horizon.as_secs_f64()).ceil() as usize).min(cap)
 }
 
 #[cfg(test)]
