@@ -334,6 +334,7 @@ mod tests {
             (&["fleet", "--ha=promote"][..], Engine::Promote),
             (&["fleet", "--ha", "promote-async"][..], Engine::PromoteAsync),
             (&["fleet", "--ha", "promote-partitioned"][..], Engine::PromotePartitioned),
+            (&["fleet", "--ha", "promote-unfenced"][..], Engine::PromoteUnfenced),
         ] {
             let Command::Fleet(o) = parse(args).unwrap() else { panic!() };
             assert_eq!(o.ha, Some(engine), "{args:?}");

@@ -33,6 +33,10 @@ pub enum Engine {
     /// does what a failover tool does: it fences the old primary (new transactions read-only)
     /// and promotes the standby
     PromotePartitioned,
+    /// As `promote-partitioned`, but the old primary is never fenced: it stays up and
+    /// writable beside the promoted standby, its commits waiting for a standby that is gone,
+    /// and the URL names it first. Hosts must leave it by themselves
+    PromoteUnfenced,
 }
 
 impl Engine {
@@ -45,6 +49,9 @@ impl Engine {
             Engine::PromotePartitioned => {
                 "pg_ctl promote (synchronous; the old primary partitioned, still up)"
             }
+            Engine::PromoteUnfenced => {
+                "pg_ctl promote (synchronous; the old primary partitioned, still up and writable)"
+            }
         }
     }
 }
@@ -53,7 +60,8 @@ impl Engine {
 pub struct Ha {
     engine: Engine,
     inner: Inner,
-    /// The replication connection's cut, with [`Engine::PromotePartitioned`] (healed on drop).
+    /// The replication connection's cut, with [`Engine::PromotePartitioned`] and
+    /// [`Engine::PromoteUnfenced`] (healed on drop).
     cut: Option<crate::partition::Partition>,
 }
 
@@ -89,7 +97,7 @@ impl Ha {
     /// replicates (synchronously, but for [`Engine::PromoteAsync`]).
     pub async fn start(engine: Engine) -> Result<Ha, String> {
         let inner = match engine {
-            Engine::Promote | Engine::PromoteAsync | Engine::PromotePartitioned => {
+            Engine::Promote | Engine::PromoteAsync | Engine::PromotePartitioned | Engine::PromoteUnfenced => {
                 let primary = Cluster::start().await?;
                 let standby = primary.standby()?;
                 let admin = connect(&primary.url()).await?;
@@ -149,7 +157,9 @@ impl Ha {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 primary.kill()
             }
-            Inner::Pair { primary, .. } if self.engine == Engine::PromotePartitioned => {
+            Inner::Pair { primary, .. }
+                if matches!(self.engine, Engine::PromotePartitioned | Engine::PromoteUnfenced) =>
+            {
                 let primary_port = primary.port;
                 // The standby's replication connection goes silent; the primary runs on, and
                 // every commit on it waits for the standby.
@@ -161,6 +171,10 @@ impl Ha {
                     .get(0);
                 self.cut = Some(crate::partition::Partition::connections(&[(port as u16, primary_port)])?);
                 tokio::time::sleep(PARTITIONED_FOR).await;
+                if self.engine == Engine::PromoteUnfenced {
+                    // No failover tool fenced it: it stays writable, first in the URL.
+                    return Ok(());
+                }
                 // The failover tool fences the old primary before promoting: new transactions
                 // there are read-only, so clients reconnecting through the multi-host URL with
                 // target_session_attrs=read-write pass it by. (Neither statement commits.)
@@ -405,13 +419,16 @@ pub struct Failover {
     pub leader: Option<Duration>,
 }
 
-/// Watches the failover that started at `killed`: polls the multi-host `url` until it gives a
-/// read-write connection, then until `group` has a leader whose epoch belongs to the new
-/// primary's WAL timeline (at least `(timeline − 1) << 32`). Gives up after `limit`.
-pub async fn watch_failover(url: String, group: String, killed: Instant, limit: Duration) -> Failover {
+/// Watches the failover that started at `killed`: polls each of the pair's `nodes` (one URL
+/// each) until one takes writes on a timeline after the first (the promoted one: an old
+/// primary left up and writable is still on the first), then until `group` has a leader there
+/// whose epoch belongs to that timeline (at least `(timeline − 1) << 32`). Gives up after
+/// `limit`.
+pub async fn watch_failover(nodes: Vec<String>, group: String, killed: Instant, limit: Duration) -> Failover {
     let mut seen = Failover::default();
     while killed.elapsed() < limit {
-        if let Ok(client) = connect(&url).await {
+        for node in &nodes {
+            let Ok(client) = connect(node).await else { continue };
             let row = client
                 .query_one(
                     "SELECT NOT pg_is_in_recovery(),
@@ -419,20 +436,18 @@ pub async fn watch_failover(url: String, group: String, killed: Instant, limit: 
                     &[],
                 )
                 .await;
-            if let Ok(row) = row {
-                let (primary, floor): (bool, i64) = (row.get(0), row.get(1));
-                if primary && seen.read_write.is_none() {
-                    seen.read_write = Some(killed.elapsed());
-                }
-                if primary {
-                    let leader = rendezvous_client::leader::leader(&client, &group).await;
-                    if let Ok(l) = leader {
-                        if l.leader.is_some() && l.epoch >= floor && floor > 0 {
-                            seen.leader = Some(killed.elapsed());
-                            return seen;
-                        }
-                    }
-                }
+            let Ok(row) = row else { continue };
+            let (primary, floor): (bool, i64) = (row.get(0), row.get(1));
+            if !primary || floor == 0 {
+                continue;
+            }
+            if seen.read_write.is_none() {
+                seen.read_write = Some(killed.elapsed());
+            }
+            let leader = rendezvous_client::leader::leader(&client, &group).await;
+            if leader.is_ok_and(|l| l.leader.is_some() && l.epoch >= floor) {
+                seen.leader = Some(killed.elapsed());
+                return seen;
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -490,7 +490,7 @@ fn the_dashboard_shows_the_fleet_in_headless_chromium() {
 /// PostgreSQL and keeper are killed midway: PASS, nothing the database acknowledged to a host
 /// missing afterwards (the hosts' own ledgers, checked against the new primary), the failover
 /// measured. On a synchronous pair whose primary is partitioned from its standby and stays up:
-/// PASS, on the promoted server. On an asynchronous pair whose standby is a second behind: what it lost is reported
+/// PASS, on the promoted server, whether the old primary is fenced or left writable. On an asynchronous pair whose standby is a second behind: what it lost is reported
 /// (FAIL), and still no epoch goes to two leaders (the timeline floor).
 #[test]
 fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_lost() {
@@ -530,6 +530,20 @@ fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_l
     // on the newer timeline, the promoted one (#43).
     let read_on = report.lines().find(|l| l.starts_with("read on ")).unwrap_or_else(|| panic!("{report}"));
     assert!(read_on.contains(" (read-write, timeline 2)"), "{read_on}");
+
+    // The same partition, but no failover tool fences the old primary: it stays up and
+    // writable, first in the URL (#43). Every host leaves it once a commit there waited past its
+    // call timeout (the server is then suspect), and the fleet passes on the promoted node.
+    let (code, report) = fleet("promote-unfenced");
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("verdict                  PASS"), "{report}");
+    assert!(!report.contains("did not finish by the deadline"), "a host hung on the old primary: {report}");
+    assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
+    let read_on = report.lines().find(|l| l.starts_with("read on ")).unwrap_or_else(|| panic!("{report}"));
+    assert!(read_on.contains(" (read-write, timeline 2)"), "{read_on}");
+    let line =
+        report.lines().find(|l| l.starts_with("database failover")).unwrap_or_else(|| panic!("{report}"));
+    assert!(!line.contains("never"), "no leader on the promoted node: {line}");
 
     let (code, report) = fleet("promote-async");
     assert_eq!(code, Some(1), "an asynchronous failover that lost work must fail: {report}");

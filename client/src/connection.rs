@@ -133,7 +133,7 @@ pub(crate) async fn bounded<T>(
     if let Ok(answer) = tokio::time::timeout(limit, &mut call).await {
         return answer;
     }
-    let waits = crate::replication::cancelled_sync_waits();
+    let asked = std::time::Instant::now();
     if give_up.cancel_answered().await {
         tracing::info!(
             ?limit,
@@ -141,16 +141,20 @@ pub(crate) async fn bounded<T>(
         );
         if let Ok(answer) = tokio::time::timeout(limit, &mut call).await {
             tokio::task::yield_now().await;
-            if crate::replication::cancelled_sync_waits() == waits {
+            if !replication::cancelled_since(give_up.pid, asked) {
                 return answer;
             }
-            // What was cancelled was a wait for a synchronous standby: the server is not slow
-            // but cut off from it (#43), and what the call committed is on the primary only. The
-            // connection is given up, so the next one tries the URL's other hosts.
+            // What was cancelled was a wait for a synchronous standby: what the call committed
+            // is on the primary only.
             drop(answer);
-            give_up.now();
-            return Err(no_answer(limit));
         }
+    }
+    // A wait for a synchronous standby was cancelled (the call may have gone on to its next
+    // commit, waiting again): the server is not slow but cut off from its standby (#43). It is
+    // suspect: this connection and the others to it are given up, and the next ones try the
+    // URL's other hosts first.
+    if replication::cancelled_since(give_up.pid, asked) {
+        give_up.suspect_server();
     }
     give_up.now();
     Err(no_answer(limit))
@@ -179,6 +183,10 @@ pub(crate) struct GiveUp {
     close: Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>>,
     cancel: tokio_postgres::CancelToken,
     database: Database,
+    /// The server the connection is on.
+    server: crate::database::Server,
+    /// The server backend it runs on.
+    pid: i32,
 }
 
 impl GiveUp {
@@ -189,6 +197,31 @@ impl GiveUp {
             tokio::time::timeout(SLOW_SERVER_CANCEL_TIMEOUT, self.database.cancel(&self.cancel)).await,
             Ok(Ok(()))
         )
+    }
+
+    /// The server waited for its synchronous standby past a call's bound: see
+    /// [`database::hosts`](crate::database).
+    fn suspect_server(&self) {
+        self.server.suspect();
+    }
+
+    /// Gives up a connection whose call got no answer in time, for an owner whose call is
+    /// bounded more tightly than [`bounded`] allows (the leader elector's, by its lease): the
+    /// statement is cancelled first, and if what it waited for was a synchronous standby (the
+    /// server's WARNING follows the cancel at once) the server is suspect.
+    pub(crate) async fn after_no_answer(&self) {
+        let asked = std::time::Instant::now();
+        if self.cancel_answered().await {
+            let deadline = asked + SYNC_WAIT_WARNING;
+            while std::time::Instant::now() < deadline {
+                if replication::cancelled_since(self.pid, asked) {
+                    self.suspect_server();
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+        self.now();
     }
 
     /// Whether the connection was given up (it may take a moment to show as closed).
@@ -233,7 +266,14 @@ impl GiveUpOnDrop {
 impl Drop for GiveUpOnDrop {
     fn drop(&mut self) {
         if let Some(give_up) = self.0.take() {
-            give_up.now();
+            // Abandoned because it got no answer in time: as any call given up, with its
+            // statement cancelled first, to see whether it waited for a synchronous standby.
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { give_up.after_no_answer().await });
+                }
+                Err(_) => give_up.now(),
+            }
         }
     }
 }
@@ -245,6 +285,10 @@ const CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// accepts the connection and the postmaster hands the request on: milliseconds, or a second
 /// or two on a starved machine).
 const SLOW_SERVER_CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long [`GiveUp::after_no_answer`] listens for a cancelled synchronous wait's WARNING
+/// after the server answered the cancel request.
+const SYNC_WAIT_WARNING: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A connection whose owner must notice its loss at once, and may LISTEN on it.
 pub(crate) struct Watched {
@@ -265,7 +309,10 @@ pub(crate) struct Watched {
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
 pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
-    let (client, mut connection, permit) = database.open(application_name).await?;
+    let (client, mut connection, permit, server) = database.open(application_name).await?;
+    let opened = std::time::Instant::now();
+    let mut suspicions = crate::database::suspicions();
+    let suspected_server = server.clone();
     // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
     // at the start and whenever they change). A connection made to a read-write server that
     // turns read-only (a primary fenced or demoted by a failover tool, while it stays up) is
@@ -285,11 +332,8 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
     let (warning_tx, warnings) = tokio::sync::mpsc::channel(16);
     let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<i32>();
     let (close_tx, mut close_rx) = tokio::sync::oneshot::channel::<()>();
-    let give_up = GiveUp {
-        close: Arc::new(std::sync::Mutex::new(Some(close_tx))),
-        cancel: client.cancel_token(),
-        database: database.clone(),
-    };
+    let cancel = client.cancel_token();
+    let (driver_cancel, driver_database) = (cancel.clone(), database.clone());
     tokio::spawn(async move {
         // The backend this connection runs on (asked below, before the connection is handed
         // out): its cancelled synchronous-replication waits are recorded under it.
@@ -333,12 +377,32 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
                 std::task::Poll::Pending => return std::task::Poll::Pending,
             }
         });
+        // A commit on this server waited for its synchronous standby past a call's bound (on
+        // another connection to it): every connection to it is closed, to be made again
+        // through the URL's other hosts first.
+        let suspected = async {
+            while suspicions.changed().await.is_ok() {
+                if suspected_server.suspect_since(opened) {
+                    return;
+                }
+            }
+            std::future::pending().await
+        };
         // Driven until it ends, or until its owner gives it up (a closed sender is not that:
         // the owner kept no GiveUp).
         let ended = tokio::select! {
             r = driven => r,
             Ok(()) = &mut close_rx => {
                 tracing::debug!("connection given up: closing it");
+                Ok(())
+            }
+            () = suspected => {
+                tracing::warn!("the server's commits wait for a synchronous standby that does not answer: closing this connection to connect again");
+                // Its statement may wait for the standby too, which a closed socket does not end.
+                let (cancel, database) = (driver_cancel, driver_database);
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(CANCEL_TIMEOUT, database.cancel(&cancel)).await;
+                });
                 Ok(())
             }
         };
@@ -363,6 +427,13 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
         // The connection ended already: nothing left to watch.
         replication::forget(pid);
     }
+    let give_up = GiveUp {
+        close: Arc::new(std::sync::Mutex::new(Some(close_tx))),
+        cancel,
+        database: database.clone(),
+        server,
+        pid,
+    };
     Ok(Watched { client, closed, notifications, warnings, pid, give_up })
 }
 

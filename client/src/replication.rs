@@ -96,7 +96,7 @@ pub(crate) fn observe_notice(notice: &tokio_postgres::error::DbError, pid: i32) 
 
 /// Whether a cancelled wait was seen since `since` on backend `pid` (or, if no watched
 /// connection is on that backend, on any).
-fn cancelled_since(pid: i32, since: Instant) -> bool {
+pub(crate) fn cancelled_since(pid: i32, since: Instant) -> bool {
     let last = match watched().as_ref().and_then(|map| map.get(&pid)) {
         Some(w) => w.last_cancelled,
         None => *LAST_ANYWHERE.lock().unwrap_or_else(|p| p.into_inner()),

@@ -289,6 +289,93 @@ async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
     scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
 }
 
+/// A failover that leaves the old primary up and writable (no HA engine fenced it), cut off
+/// from the standby that was promoted, with the old primary named first in the hosts' URL: its
+/// commits wait for a synchronous standby that is gone, and it still accepts connections, so a
+/// host that reconnected through the URL in order would land on it again after every call given
+/// up there (#43). A commit that waited past a call's bound makes the server suspect: the
+/// host's connections to it are closed, and the scheduler and the elector go on on the
+/// promoted node, with tokens and an epoch of its timeline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_leaves_an_old_primary_left_writable_for_the_promoted_node() {
+    use rendezvous_client::{Job, LeaderElector, LeaderOptions, TaskSpec, Worker, WorkerOptions};
+    let primary = Cluster::start().await.unwrap();
+    let standby = primary.standby().unwrap();
+    let url = format!(
+        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write&connect_timeout=2",
+        primary.port, standby.port
+    );
+    let scheduler = Worker::builder(url.as_str(), "h1")
+        .options(
+            WorkerOptions::default()
+                .with_call_timeout(Duration::from_secs(1))
+                .with_poll(Duration::from_millis(200))
+                .with_heartbeat(Duration::from_millis(300))
+                .with_staleness(Duration::from_secs(2))
+                .with_max_backoff(Duration::from_millis(500)),
+        )
+        .task(TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(3)), |_job: Job| async {
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    let elector = LeaderElector::start(
+        url.as_str(),
+        "g",
+        "h1",
+        LeaderOptions::default().with_refresh(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let p = rendezvous_tests::connect(&primary.url()).await;
+    let completed = "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL";
+    wait_until(&p, &format!("SELECT ({completed}) >= 2")).await;
+    wait_until(&p, "SELECT count(*) = 1 FROM rendezvous.leaders WHERE group_name = 'g'").await;
+    // The standby is promoted while the old primary stays up; from then on the old primary's
+    // commits wait for a synchronous standby (this session's own, run locally, excepted).
+    standby.promote().unwrap();
+    for statement in [
+        "SET synchronous_commit = local",
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        p.batch_execute(statement).await.unwrap();
+    }
+    let s = rendezvous_tests::connect(&standby.url()).await;
+    let floor = 1i64 << 32;
+    let after = format!(
+        "SELECT count(*) >= 2 FROM rendezvous.firings WHERE completed_at IS NOT NULL AND token >= {floor}"
+    );
+    wait_until_for(&s, &after, Duration::from_secs(30)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while elector.epoch().is_none_or(|epoch| epoch < floor) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no term on the promoted node: {:?}",
+            elector.leadership()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // No session of the host is left on the old primary (each one given up was cancelled).
+    let sessions =
+        "SELECT application_name || ' ' || state || ' ' || coalesce(wait_event, '') || ' ' || left(query, 40)
+                      FROM pg_stat_activity WHERE application_name LIKE 'rendezvous %'";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<String> = p.query(sessions, &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sessions left on the old primary: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(elector);
+    scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
+    p.batch_execute("ALTER SYSTEM RESET synchronous_standby_names").await.unwrap();
+    p.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+}
+
 /// Polls `query` (a boolean) on `client` until it is true, for up to `timeout`.
 async fn wait_until_for(client: &tokio_postgres::Client, query: &str, timeout: Duration) {
     let deadline = std::time::Instant::now() + timeout;

@@ -12,8 +12,25 @@ const CONTROLLER: &str = "rendezvous fleet controller";
 /// How long the report's reads of the run's history may take.
 pub(super) const REPORT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A controller connection, within the call timeout.
+/// A controller connection, within the call timeout: to the node [`report_node`] picks, so the
+/// controller follows the promoted node even where an old primary was left up and writable
+/// first in the URL (the hosts leave such a server by themselves; the controller watches).
 pub(super) async fn connect_controller(url: &str) -> Result<Client, String> {
+    let (node, _) = report_node(url).await;
+    connect_node(&node).await
+}
+
+/// The URL's own nodes, one URL each (the URL itself when it names one).
+pub(super) fn nodes(url: &str) -> Vec<String> {
+    let each = each_host(url);
+    if each.is_empty() {
+        return vec![url.to_owned()];
+    }
+    each.into_iter().map(|(_, single)| single).collect()
+}
+
+/// A controller connection to `url` as it is, within the call timeout.
+async fn connect_node(url: &str) -> Result<Client, String> {
     match tokio::time::timeout(CALL_TIMEOUT, rendezvous_client::connect_as(url, CONTROLLER)).await {
         Ok(connected) => connected.map_err(|e| e.to_string()),
         Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
@@ -97,7 +114,7 @@ pub(super) async fn report_node(url: &str) -> (String, String) {
     let mut silent = Vec::new();
     for (host, single) in each_host(url) {
         let answer = async {
-            let client = connect_controller(&single).await?;
+            let client = connect_node(&single).await?;
             let row =
                 tokio::time::timeout(CALL_TIMEOUT, client.query_one(crate::sql::FLEET_NODE_TIMELINE, &[]))
                     .await

@@ -336,6 +336,11 @@ async fn supervise(
         if let Some(pair) = ha.as_mut().filter(|_| failover_watch.is_none() && SystemTime::now() >= fail_at) {
             report.record_act("primary killed", "primary killed", crate::timeline::DATABASE);
             failover_watch = Some(kill_primary(pair, url, &watcher.group).await);
+            // The controller follows the promoted node (an old primary left up and writable
+            // would keep answering its reads with what it had at the cut).
+            if let Ok(fresh) = connect_controller(url).await {
+                *admin = fresh;
+            }
         }
         if let Some(act) = overload.as_mut() {
             act.step(report)?;
@@ -372,8 +377,12 @@ async fn kill_primary(
     let killed = Instant::now();
     match pair.kill_primary().await {
         Ok(()) => {
-            let watch =
-                crate::ha::watch_failover(url.to_owned(), group.to_owned(), killed, Duration::from_secs(60));
+            let watch = crate::ha::watch_failover(
+                controller::nodes(url),
+                group.to_owned(),
+                killed,
+                Duration::from_secs(60),
+            );
             let watch = tokio::spawn(watch);
             match pair.take_over() {
                 Ok(()) => Ok(watch),

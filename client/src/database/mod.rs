@@ -37,6 +37,7 @@
 //! leading `*.` and matches one label. Unlike libpq, environment variables (`PGSSLMODE`, …)
 //! are not read.
 mod budget;
+mod hosts;
 mod tls;
 mod url;
 
@@ -74,6 +75,7 @@ pub struct Database {
 }
 
 pub(crate) use budget::Permit;
+pub(crate) use hosts::{subscribe as suspicions, Server};
 
 /// How a [`Database`] uses TLS.
 #[derive(Clone)]
@@ -287,11 +289,13 @@ impl Database {
     /// Opens a connection as libpq would with these settings (`allow` and `prefer` retry
     /// once the other way, TLS is not used over Unix sockets), naming the session
     /// `application_name` unless the settings name it. With a cap, waits for a place in it
-    /// first: the permit returned is the connection's, to be dropped after it has ended.
+    /// first: the permit returned is the connection's, to be dropped after it has ended. The
+    /// hosts of a multi-host URL are tried one by one, suspect servers last (see [`hosts`]);
+    /// the server connected to is returned.
     pub(crate) async fn open(
         &self,
         application_name: &str,
-    ) -> Result<(tokio_postgres::Client, Connection, Option<Permit>)> {
+    ) -> Result<(tokio_postgres::Client, Connection, Option<Permit>, Server)> {
         let (config, tls) = self.parts()?;
         let permit = match &self.budget {
             Some(budget) => Some(budget.take().await),
@@ -308,23 +312,38 @@ impl Database {
             let connector = connector.clone();
             async move { config.connect(connector).await }
         };
-        let result = match mode {
-            None => config.connect(connector.clone()).await,
-            Some(SslMode::Disable) => attempt(&config, DriverMode::Disable).await,
-            // Plain first; TLS when the server refuses it (pg_hba.conf accepting TLS only).
-            Some(SslMode::Allow) => match attempt(&config, DriverMode::Disable).await {
-                Err(e) if e.as_db_error().is_some() => attempt(&config, DriverMode::Require).await,
-                other => other,
-            },
-            // TLS if offered; a failed handshake tries again without, as libpq does.
-            Some(SslMode::Prefer) => match attempt(&config, DriverMode::Prefer).await {
-                Err(e) if is_tls_failure(&e) => attempt(&config, DriverMode::Disable).await,
-                other => other,
-            },
-            Some(_) => attempt(&config, DriverMode::Require).await,
-        };
-        let (client, connection) = result.map_err(Error::Connect)?;
-        Ok((client, connection, permit))
+        let mut order = hosts::order(&config);
+        if order.is_empty() {
+            order.push(0); // no host at all: the driver says so
+        }
+        let mut failed = None;
+        for host in order {
+            let one = hosts::only_host(&config, host);
+            let result = match mode {
+                None => one.connect(connector.clone()).await,
+                Some(SslMode::Disable) => attempt(&one, DriverMode::Disable).await,
+                // Plain first; TLS when the server refuses it (pg_hba.conf accepting TLS only).
+                Some(SslMode::Allow) => match attempt(&one, DriverMode::Disable).await {
+                    Err(e) if e.as_db_error().is_some() => attempt(&one, DriverMode::Require).await,
+                    other => other,
+                },
+                // TLS if offered; a failed handshake tries again without, as libpq does.
+                Some(SslMode::Prefer) => match attempt(&one, DriverMode::Prefer).await {
+                    Err(e) if is_tls_failure(&e) => attempt(&one, DriverMode::Disable).await,
+                    other => other,
+                },
+                Some(_) => attempt(&one, DriverMode::Require).await,
+            };
+            match result {
+                Ok((client, connection)) => {
+                    let server = Server::of(&config, host);
+                    server.connected();
+                    return Ok((client, connection, permit, server));
+                }
+                Err(e) => failed = Some(e),
+            }
+        }
+        Err(Error::Connect(failed.expect("at least one host tried")))
     }
 
     /// Asks the server to cancel what a connection these settings opened is running (a

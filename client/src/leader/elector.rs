@@ -126,14 +126,14 @@ impl Run {
             // session is given up and made again (through the URL, to a primary that works).
             let mut stop = self.stop.clone();
             let claim = tokio::select! {
-                r = tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)) => {
-                    r.unwrap_or_else(|_| {
-                        session.give_up.now();
-                        Err(crate::connection::no_answer(self.options.refresh))
-                    })?
-                }
+                r = tokio::time::timeout(self.options.refresh, self.claim(&session.client, session.pid)) => r,
                 _ = stop.changed() => return Ok(Held::Stopped { resigned: false }),
             };
+            let Ok(claim) = claim else {
+                session.give_up.after_no_answer().await;
+                return Err(crate::connection::no_answer(self.options.refresh));
+            };
+            let claim = claim?;
             if claim.is_leader {
                 return self.hold(session, claim.epoch, asked).await;
             }
@@ -206,8 +206,8 @@ impl Run {
                             return Ok(Held::Lost);
                         }
                         Err(_) => {
-                            session.give_up.now();
                             self.step_down(Some(epoch), "refresh_timed_out", "refresh timed out".into());
+                            session.give_up.after_no_answer().await;
                             return Ok(Held::Lost);
                         }
                     }
