@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): each prints a markdown table of us beside a baseline, from one run.
-#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|durable|takeover|replication|scale|portable ...]   (default: all)
+#   scripts/bench.sh [hrw|admission|failover|firing|fencing|scheduler|runs|durable|takeover|replication|loaded-failover|scale|portable ...]   (default: all)
 # Installs the release build of the extension and runs against a throwaway cluster
 # (`rendezvous cluster run`) with default durability settings.
 set -euo pipefail
@@ -12,23 +12,29 @@ package_of() { if [ -f "$ROOT_DIR/client/benches/$1.rs" ]; then echo rendezvous-
 
 main() {
   local benches=("$@")
-  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs durable takeover replication scale portable)
+  [ ${#benches[@]} -gt 0 ] || benches=(hrw admission failover firing fencing scheduler runs durable takeover replication loaded-failover scale portable)
   "$ROOT_DIR/scripts/setup.sh"
   install_extension release
-  # `replication` runs fleets on throwaway pairs of its own (scripts/bench/replication.sh).
-  local replication=false on_cluster=()
+  # `replication` and `loaded-failover` run fleets on throwaway pairs of their own
+  # (scripts/bench/replication.sh, loaded_failover.sh).
+  local replication=false loaded=false on_cluster=()
   for b in "${benches[@]}"; do
-    if [ "$b" = replication ]; then replication=true; else on_cluster+=("$b"); fi
+    case "$b" in
+      replication) replication=true ;;
+      loaded-failover) loaded=true ;;
+      *) on_cluster+=("$b") ;;
+    esac
   done
   for b in "${on_cluster[@]}"; do
     [ "$b" = scale ] || [ "$b" = portable ] || [ "$b" = durable ] || cargo bench --no-run --quiet -p "$(package_of "$b")" --bench "$b"
   done
   log "building the rendezvous command"
   cargo build --quiet -p rendezvous-cli
-  if $replication; then
+  if $replication || $loaded; then
     cargo build --quiet --release -p rendezvous-cli
-    "$ROOT_DIR/scripts/bench/replication.sh"
   fi
+  if $replication; then "$ROOT_DIR/scripts/bench/replication.sh"; fi
+  if $loaded; then "$ROOT_DIR/scripts/bench/loaded_failover.sh"; fi
   [ ${#on_cluster[@]} -gt 0 ] || return 0
   benches=("${on_cluster[@]}")
   # The scheduler bench compares with pg_cron, which must be preloaded.

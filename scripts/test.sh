@@ -283,6 +283,9 @@ integration_tests() {
     exit 1
   fi
   cat "$cli_log"
+  # Alone: it loads the machine with CPU hogs, which would slow the tests above.
+  log "the fleet on a loaded machine (8 CPU hogs beside it)"
+  cargo test --quiet "${pkgs[@]}" --test fleet -- --ignored a_loaded_machine_keeps_the_fleet_completing_firings
 }
 
 usage() { echo "usage: scripts/test.sh [--majors \"15 18\"]   (supported: ${PG_MAJORS_ALL[*]})" >&2; exit 2; }

@@ -11,8 +11,9 @@
 //! process group (`pg_ctl` starts the postmaster as a session leader, and every backend is its
 //! child), signalled as one with `killpg`: no pid is looked up, so none can have been reused
 //! by another process meanwhile; a postmaster that leads no group of its own is signalled with
-//! its children, as /proc lists them. The hogs are busy threads of this process, so they end
-//! with it. The cap lifts itself when its time is up, and when it is lifted or dropped every
+//! its children, as /proc lists them. The overload's hogs are busy threads of this process,
+//! so they end with it; [`Hogs`] (`fleet --hogs`) are processes of their own, as an outside
+//! program's load would be. The cap lifts itself when its time is up, and when it is lifted or dropped every
 //! server process is continued (a controller killed with `SIGKILL` leaves the server stopped:
 //! `kill -CONT -<postmaster pid>` continues it).
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,6 +150,51 @@ impl Overload {
 impl Drop for Overload {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// CPU hogs as an outside program would be: busy processes, each in a session of its own, so
+/// the kernel's autogroup scheduling (on by default) weighs each like another program's
+/// session and not like one more thread of the fleet's. Killed when dropped.
+pub struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    /// Starts `count` of them.
+    pub fn start(count: usize) -> Result<Hogs, String> {
+        use std::os::unix::process::CommandExt;
+        let mut hogs = Hogs(Vec::with_capacity(count));
+        for _ in 0..count {
+            let mut busy = std::process::Command::new("/bin/sh");
+            busy.args(["-c", "while :; do :; done"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            // SAFETY: setsid(2) is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                busy.pre_exec(|| {
+                    if libc::setsid() == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            hogs.0.push(busy.spawn().map_err(|e| format!("cannot start a CPU hog: {e}"))?);
+        }
+        Ok(hogs)
+    }
+
+    /// How many run.
+    pub fn count(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
     }
 }
 

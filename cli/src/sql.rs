@@ -291,10 +291,10 @@ rendezvous_client::sql_statements! {
                       WHERE r.tenant_id = $1 AND r.created_at <= $2 AND r.state = 'succeeded')) - $2)::float8 END AS drained"
         (TEXT, TIMESTAMPTZ) -> ("drained": FLOAT8);
     /// `rendezvous fleet` (fleet/report.rs).
-    FLEET_LATENESS = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l)
+    FLEET_LATENESS = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY l), percentile_cont(0.99) WITHIN GROUP (ORDER BY l), max(l)
                FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s
                       WHERE s.tag = $1 AND s.fire_at <= $2 GROUP BY s.firing_key, s.fire_at) x"
-        (TEXT, TIMESTAMPTZ) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8);
+        (TEXT, TIMESTAMPTZ) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8, "max": FLOAT8);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_TIMELINE_STARTS = "SELECT s.host_id, s.at, e.at,
                     EXISTS (SELECT 1 FROM fleet_starts p

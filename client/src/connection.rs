@@ -153,7 +153,7 @@ pub(crate) async fn bounded<T>(
     // commit, waiting again): the server is not slow but cut off from its standby (#43). It is
     // suspect: this connection and the others to it are given up, and the next ones try the
     // URL's other hosts first.
-    if replication::cancelled_since(give_up.pid, asked) {
+    if replication::cancelled_on(give_up.pid, asked) {
         give_up.suspect_server();
     }
     give_up.now();
@@ -206,20 +206,28 @@ impl GiveUp {
     }
 
     /// Gives up a connection whose call got no answer in time, for an owner whose call is
-    /// bounded more tightly than [`bounded`] allows (the leader elector's, by its lease): the
-    /// statement is cancelled first, and if what it waited for was a synchronous standby (the
-    /// server's WARNING follows the cancel at once) the server is suspect.
+    /// bounded more tightly than [`bounded`] allows (the leader elector's, by its lease): where
+    /// the server could be suspect (see [`database::hosts`](crate::database)), the statement is
+    /// cancelled first and the connection kept open a moment for the server's WARNING, which
+    /// says whether what it waited for was a synchronous standby; otherwise it is given up at
+    /// once.
     pub(crate) async fn after_no_answer(&self) {
+        if !self.server.can_be_suspect() {
+            return self.now();
+        }
         let asked = std::time::Instant::now();
         if self.cancel_answered().await {
             let deadline = asked + SYNC_WAIT_WARNING;
             while std::time::Instant::now() < deadline {
-                if replication::cancelled_since(self.pid, asked) {
+                if replication::cancelled_on(self.pid, asked) {
                     self.suspect_server();
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
+            // Cancelled already.
+            self.close();
+            return;
         }
         self.now();
     }
@@ -231,19 +239,16 @@ impl GiveUp {
 
     /// Closes the connection and cancels its statement (once; later calls do nothing).
     pub(crate) fn now(&self) {
-        let Some(close) = self.close.lock().expect("give-up lock").take() else { return };
+        if self.close() {
+            spawn_cancel(self.database.clone(), self.cancel.clone());
+        }
+    }
+
+    /// Closes the connection; false if it was closed before.
+    fn close(&self) -> bool {
+        let Some(close) = self.close.lock().expect("give-up lock").take() else { return false };
         let _ = close.send(());
-        let (cancel, database) = (self.cancel.clone(), self.database.clone());
-        tokio::spawn(async move {
-            // Bounded: on a dead path the cancel request gets no answer either.
-            match tokio::time::timeout(CANCEL_TIMEOUT, database.cancel(&cancel)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "could not cancel the statement of a connection given up")
-                }
-                Err(_) => tracing::debug!("the cancel request of a connection given up got no answer"),
-            }
-        });
+        true
     }
 
     /// A guard that gives the connection up when dropped, unless disarmed first: for a
@@ -266,13 +271,14 @@ impl GiveUpOnDrop {
 impl Drop for GiveUpOnDrop {
     fn drop(&mut self) {
         if let Some(give_up) = self.0.take() {
-            // Abandoned because it got no answer in time: as any call given up, with its
-            // statement cancelled first, to see whether it waited for a synchronous standby.
+            // Abandoned (no answer in time, or an error): as any call given up, with its
+            // statement cancelled first where the server could be suspect, to see whether it
+            // waited for a synchronous standby.
             match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
+                Ok(runtime) if give_up.server.can_be_suspect() => {
                     runtime.spawn(async move { give_up.after_no_answer().await });
                 }
-                Err(_) => give_up.now(),
+                _ => give_up.now(),
             }
         }
     }
@@ -280,6 +286,23 @@ impl Drop for GiveUpOnDrop {
 
 /// The longest a cancel request may take.
 const CANCEL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Cancels, in the background and bounded, the statement of a connection closed from the
+/// client's side: a closed socket does not end a server session that waits (for a lock, or a
+/// synchronous standby). Nothing to do outside a runtime (the connection's driver is gone then).
+fn spawn_cancel(database: Database, cancel: tokio_postgres::CancelToken) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    runtime.spawn(async move {
+        // Bounded: on a dead path the cancel request gets no answer either.
+        match tokio::time::timeout(CANCEL_TIMEOUT, database.cancel(&cancel)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "could not cancel the statement of a connection closed")
+            }
+            Err(_) => tracing::debug!("the cancel request of a connection closed got no answer"),
+        }
+    });
+}
 
 /// How soon a server must answer [`bounded`]'s cancel request to count as alive (the kernel
 /// accepts the connection and the postmaster hands the request on: milliseconds, or a second
@@ -309,9 +332,10 @@ pub(crate) struct Watched {
 
 /// [`connect_as`], plus a signal when the connection ends and its notifications.
 pub(crate) async fn connect_watched(database: &Database, application_name: &str) -> Result<Watched> {
-    let (client, mut connection, permit, server) = database.open(application_name).await?;
+    // Taken before connecting, so a suspicion that arises meanwhile is not missed.
     let opened = std::time::Instant::now();
     let mut suspicions = crate::database::suspicions();
+    let (client, mut connection, permit, server) = database.open(application_name).await?;
     let suspected_server = server.clone();
     // Whether the server takes writes, as it reports it (PostgreSQL 14+ reports both settings
     // at the start and whenever they change). A connection made to a read-write server that
@@ -399,10 +423,7 @@ pub(crate) async fn connect_watched(database: &Database, application_name: &str)
             () = suspected => {
                 tracing::warn!("the server's commits wait for a synchronous standby that does not answer: closing this connection to connect again");
                 // Its statement may wait for the standby too, which a closed socket does not end.
-                let (cancel, database) = (driver_cancel, driver_database);
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(CANCEL_TIMEOUT, database.cancel(&cancel)).await;
-                });
+                spawn_cancel(driver_database, driver_cancel);
                 Ok(())
             }
         };

@@ -94,6 +94,16 @@ pub(crate) fn observe_notice(notice: &tokio_postgres::error::DbError, pid: i32) 
     cancelled
 }
 
+/// Whether a cancelled wait was seen since `since` on backend `pid`, a watched connection's
+/// (strict: nothing is known of a backend no watched connection runs on).
+pub(crate) fn cancelled_on(pid: i32, since: Instant) -> bool {
+    watched()
+        .as_ref()
+        .and_then(|map| map.get(&pid))
+        .and_then(|w| w.last_cancelled)
+        .is_some_and(|t| t >= since)
+}
+
 /// Whether a cancelled wait was seen since `since` on backend `pid` (or, if no watched
 /// connection is on that backend, on any).
 pub(crate) fn cancelled_since(pid: i32, since: Instant) -> bool {

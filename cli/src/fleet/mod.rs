@@ -62,6 +62,11 @@ pub struct FleetOptions {
     /// cap was lifted and the connections the hosts opened meanwhile (a throwaway database only)
     #[arg(long, conflicts_with_all = ["url", "ha", "chaos"])]
     pub overload: bool,
+    /// Load the machine: N busy processes beside the hosts for the whole run, each in a session
+    /// of its own, as other programs' load would be (0 to 64). The report adds the longest
+    /// start lateness, where a frozen host shows
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub hogs: u32,
 }
 
 /// How long `--overload` caps the database (at most half the run).
@@ -219,13 +224,19 @@ async fn drive(
             quick_exits: 0,
         })
         .collect();
+    let hogs = crate::overload::Hogs::start(o.hogs as usize)?;
+    if hogs.count() > 0 {
+        println!("  {} CPU hogs beside the hosts, each in a session of its own", hogs.count());
+    }
     for h in &mut hosts {
         h.child = Some(spawn(&h.plan)?);
     }
-    let mut report = Report { due, ..Report::default() };
+    let mut report = Report { due, hogs: hogs.count(), ..Report::default() };
     let watcher = Watcher { url: url.clone(), group: base.group(), takeovers: Takeovers::default() };
     let failover =
         supervise(&o, &mut admin, &tag, end, &mut hosts, ha, server.as_ref(), &mut report, &watcher).await?;
+    report.load_average = load_average();
+    drop(hogs);
     report.database_failover = failover;
     report.takeovers = watcher.takeovers.lock().expect("takeovers lock").clone();
     // The fleet's tasks go with it (their pending firings too); the history stays.
@@ -245,6 +256,11 @@ async fn drive(
     let hosts: Vec<String> = hosts.iter().map(|h| h.plan.host_id.clone()).collect();
     wrap_up(&o, &mut admin, &watcher, &tag, end, &ledgers, hosts, &mut report).await?;
     Ok(report)
+}
+
+/// The machine's load average over the last minute, from /proc.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// The fleet's tasks, scheduled in the database (the hosts register the same specs again,

@@ -22,9 +22,13 @@ pub struct Report {
     pub rerun_after_takeover: i64,
     /// Firing starts before the firing was due by the database clock (hosts run skewed clocks).
     pub started_early: i64,
-    /// Start lateness against the due instant (database clock), median and 99th percentile,
-    /// of each firing's first start.
-    pub lateness: Option<(Duration, Duration)>,
+    /// Start lateness against the due instant (database clock), median, 99th percentile and
+    /// longest, of each firing's first start.
+    pub lateness: Option<(Duration, Duration, Duration)>,
+    /// CPU hogs beside the hosts (`--hogs`).
+    pub hogs: usize,
+    /// The machine's load average (one minute) at the end of the run.
+    pub load_average: Option<f64>,
     /// Firings whose attempt failed and that a retry completed.
     pub retried: i64,
     /// Firings failed for good (max attempts reached).
@@ -109,6 +113,8 @@ impl Default for Report {
             rerun_after_takeover: 0,
             started_early: 0,
             lateness: None,
+            hogs: 0,
+            load_average: None,
             retried: 0,
             failed: 0,
             runs: 0,
@@ -246,15 +252,17 @@ async fn run_figures(admin: &Client, tag: &str, end: SystemTime, r: &mut Report)
     Ok(())
 }
 
-/// Run pickup (admission to first start) and firing start lateness, p50 and p99.
+/// Run pickup (admission to first start), p50 and p99, and firing start lateness, p50, p99
+/// and max.
 async fn latencies(admin: &Client, tag: &str, end: SystemTime, r: &mut Report) -> Result<(), String> {
     let pickup = admin.query_one(sql::FLEET_RUN_PICKUP, &[&tag]).await.map_err(|e| e.to_string())?;
     if let (Some(p50), Some(p99)) = (pickup.get::<_, Option<f64>>(0), pickup.get::<_, Option<f64>>(1)) {
         r.run_pickup = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
     }
     let lateness = admin.query_one(sql::FLEET_LATENESS, &[&tag, &end]).await.map_err(|e| e.to_string())?;
-    if let (Some(p50), Some(p99)) = (lateness.get::<_, Option<f64>>(0), lateness.get::<_, Option<f64>>(1)) {
-        r.lateness = Some((Duration::from_secs_f64(p50.max(0.0)), Duration::from_secs_f64(p99.max(0.0))));
+    let seconds = |i: usize| lateness.get::<_, Option<f64>>(i).map(|s| Duration::from_secs_f64(s.max(0.0)));
+    if let (Some(p50), Some(p99), Some(max)) = (seconds(0), seconds(1), seconds(2)) {
+        r.lateness = Some((p50, p99, max));
     }
     Ok(())
 }
@@ -319,10 +327,11 @@ fn print_work(r: &Report) {
         r.started_early
     );
     match r.lateness {
-        Some((p50, p99)) => println!(
-            "start lateness           p50 {:.0} ms, p99 {:.0} ms   (first start against the due instant, database clock)",
+        Some((p50, p99, max)) => println!(
+            "start lateness           p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms   (first start against the due instant, database clock)",
             p50.as_secs_f64() * 1000.0,
-            p99.as_secs_f64() * 1000.0
+            p99.as_secs_f64() * 1000.0,
+            max.as_secs_f64() * 1000.0
         ),
         None => println!("start lateness           no starts"),
     }
@@ -423,6 +432,13 @@ fn print_faults(r: &Report) {
     if !r.chaos.is_empty() {
         let c: Vec<String> = r.chaos.iter().map(|(k, v)| format!("{k} ×{v}")).collect();
         println!("chaos                    {}", c.join(", "));
+    }
+    if r.hogs > 0 {
+        println!(
+            "machine load             {} CPU hogs beside the hosts, each in a session of its own (load average {})",
+            r.hogs,
+            r.load_average.map_or_else(|| "unknown".to_owned(), |l| format!("{l:.1} at the end"))
+        );
     }
     match &r.database_failover {
         Some((engine, Ok(f))) => {

@@ -55,20 +55,24 @@ pub(crate) fn key(config: &Config, i: usize) -> String {
     format!("{host}:{port}")
 }
 
-/// The order to try `config`'s hosts in: the URL's (or shuffled, with
-/// `load_balance_hosts=random`), suspect servers last when suspicion [`applies`].
-pub(crate) fn order(config: &Config) -> Vec<usize> {
+/// The order to try `config`'s hosts in, each with whether its server was suspect then: the
+/// URL's order (or shuffled, with `load_balance_hosts=random`), suspect servers last when
+/// suspicion [`applies`].
+pub(crate) fn order(config: &Config) -> Vec<(usize, bool)> {
     let mut order: Vec<usize> = (0..count(config)).collect();
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
         shuffle(&mut order);
     }
-    if applies(config) {
-        let suspect = suspect_servers();
-        if let Some(suspect) = suspect.as_ref() {
-            // Stable: each group keeps its order.
-            order.sort_by_key(|&i| suspect.contains_key(&key(config, i)));
-        }
+    if !applies(config) {
+        return order.into_iter().map(|i| (i, false)).collect();
     }
+    let suspect = suspect_servers();
+    let mut order: Vec<(usize, bool)> = order
+        .into_iter()
+        .map(|i| (i, suspect.as_ref().is_some_and(|s| s.contains_key(&key(config, i)))))
+        .collect();
+    // Stable: each group keeps its order.
+    order.sort_by_key(|&(_, suspect)| suspect);
     order
 }
 
@@ -105,14 +109,22 @@ impl Server {
         changes().send_modify(|n| *n += 1);
     }
 
-    /// A connection was made to it: if it was suspect, every other host failed first.
-    pub(crate) fn connected(&self) {
-        if self.applies && suspect_servers().as_mut().and_then(|s| s.remove(&self.key)).is_some() {
+    /// A connection was made to it; `fell_back`: it was suspect when the hosts were ordered, so
+    /// every other host failed first, and the suspicion ends (a connection that was on its way
+    /// to it when it became suspect ends nothing).
+    pub(crate) fn connected(&self, fell_back: bool) {
+        if fell_back && self.applies && suspect_servers().as_mut().and_then(|s| s.remove(&self.key)).is_some()
+        {
             tracing::info!(
                 server = self.key,
                 "no other host of the URL takes writes: using the suspect server again"
             );
         }
+    }
+
+    /// Whether suspicion applies to the settings the connection was made with.
+    pub(crate) fn can_be_suspect(&self) -> bool {
+        self.applies
     }
 
     /// Whether it became suspect after `opened` (never, where suspicion does not apply).
@@ -125,6 +137,20 @@ impl Server {
 /// Wakes at each new suspicion.
 pub(crate) fn subscribe() -> tokio::sync::watch::Receiver<u64> {
     changes().subscribe()
+}
+
+/// Refuses what the driver refuses of a host list, before it is split into one connection a
+/// host: as many addresses as names (when both are given), and one port or one a host.
+pub(crate) fn check(config: &Config) -> std::result::Result<(), String> {
+    let (names, addrs, ports) =
+        (config.get_hosts().len(), config.get_hostaddrs().len(), config.get_ports().len());
+    if names > 0 && addrs > 0 && names != addrs {
+        return Err(format!("number of hosts ({names}) is different from number of hostaddrs ({addrs})"));
+    }
+    if ports > 1 && ports != count(config) {
+        return Err(format!("invalid number of ports ({ports} for {} hosts)", count(config)));
+    }
+    Ok(())
 }
 
 /// How many hosts `config` names.
@@ -237,28 +263,40 @@ mod tests {
     fn suspect_servers_are_tried_last_only_when_writes_are_asked_for() {
         // Servers of their own (the suspicion is the process's).
         let rw = config("postgresql://u@a.test,b.test:7,c.test/db?target_session_attrs=read-write");
-        assert_eq!(order(&rw), [0, 1, 2]);
+        let indices = |config: &Config| order(config).into_iter().map(|(i, _)| i).collect::<Vec<_>>();
+        assert_eq!(indices(&rw), [0, 1, 2]);
         assert_eq!(key(&rw, 1), "b.test:7");
         let opened = Instant::now();
         Server::of(&rw, 0).suspect();
-        assert_eq!(order(&rw), [1, 2, 0]);
+        assert_eq!(order(&rw), [(1, false), (2, false), (0, true)]);
         assert!(Server::of(&rw, 0).suspect_since(opened) && !Server::of(&rw, 1).suspect_since(opened));
         // Another URL naming the same server knows it too.
         let other = config("postgresql://u@c.test,a.test/db?target_session_attrs=read-write");
-        assert_eq!(order(&other), [0, 1]);
+        assert_eq!(indices(&other), [0, 1]);
         let other = config("postgresql://u@a.test,c.test/db?target_session_attrs=read-write");
-        assert_eq!(order(&other), [1, 0]);
+        assert_eq!(indices(&other), [1, 0]);
         // Any server will do: the URL's order, as libpq's.
         let any = config("postgresql://u@a.test,b.test:7,c.test/db");
-        assert_eq!(order(&any), [0, 1, 2]);
-        // Falling back to it ends the suspicion.
-        Server::of(&rw, 0).connected();
-        assert_eq!(order(&rw), [0, 1, 2]);
+        assert_eq!(order(&any), [(0, false), (1, false), (2, false)]);
+        // A connection that was on its way to it when it became suspect ends nothing; falling
+        // back to it does.
+        Server::of(&rw, 0).connected(false);
+        assert_eq!(indices(&rw), [1, 2, 0]);
+        Server::of(&rw, 0).connected(true);
+        assert_eq!(order(&rw), [(0, false), (1, false), (2, false)]);
         // A URL naming one server never makes it suspect: there is nowhere else.
         let one = config("postgresql://u@d.test/db?target_session_attrs=read-write");
         Server::of(&one, 0).suspect();
         let two = config("postgresql://u@d.test,e.test/db?target_session_attrs=read-write");
         assert!(!Server::of(&two, 0).suspect_since(opened));
+    }
+
+    #[test]
+    fn host_lists_the_driver_refuses_are_refused() {
+        assert!(check(&config("host=a,b,c port=1,2")).unwrap_err().contains("invalid number of ports"));
+        assert!(check(&config("host=a,b hostaddr=127.0.0.1")).unwrap_err().contains("hostaddrs"));
+        assert!(check(&config("host=a,b,c port=1")).is_ok());
+        assert!(check(&config("host=a,b port=1,2")).is_ok());
     }
 
     #[test]

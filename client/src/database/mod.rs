@@ -287,7 +287,7 @@ impl Database {
     }
 
     /// Opens a connection as libpq would with these settings (`allow` and `prefer` retry
-    /// once the other way, TLS is not used over Unix sockets), naming the session
+    /// once the other way, TLS is not used over a Unix socket), naming the session
     /// `application_name` unless the settings name it. With a cap, waits for a place in it
     /// first: the permit returned is the connection's, to be dropped after it has ended. The
     /// hosts of a multi-host URL are tried one by one, suspect servers last (see [`hosts`]);
@@ -305,45 +305,29 @@ impl Database {
         if config.get_application_name().is_none() {
             config.application_name(application_name);
         }
-        let (connector, mode) = connector_for(&config, tls)?;
-        let attempt = |config: &tokio_postgres::Config, ssl: DriverMode| {
-            let mut config = config.clone();
-            config.ssl_mode(ssl);
-            let connector = connector.clone();
-            async move { config.connect(connector).await }
-        };
+        hosts::check(&config).map_err(|e| Error::InvalidArgument(format!("database URL: {e}")))?;
         let mut order = hosts::order(&config);
         if order.is_empty() {
-            order.push(0); // no host at all: the driver says so
+            order.push((0, false)); // no host at all: the driver says so
         }
         let mut failed = None;
-        for host in order {
+        for (host, was_suspect) in order {
             let one = hosts::only_host(&config, host);
-            let result = match mode {
-                None => one.connect(connector.clone()).await,
-                Some(SslMode::Disable) => attempt(&one, DriverMode::Disable).await,
-                // Plain first; TLS when the server refuses it (pg_hba.conf accepting TLS only).
-                Some(SslMode::Allow) => match attempt(&one, DriverMode::Disable).await {
-                    Err(e) if e.as_db_error().is_some() => attempt(&one, DriverMode::Require).await,
-                    other => other,
-                },
-                // TLS if offered; a failed handshake tries again without, as libpq does.
-                Some(SslMode::Prefer) => match attempt(&one, DriverMode::Prefer).await {
-                    Err(e) if is_tls_failure(&e) => attempt(&one, DriverMode::Disable).await,
-                    other => other,
-                },
-                Some(_) => attempt(&one, DriverMode::Require).await,
-            };
-            match result {
+            match connect_one(&one, tls).await {
                 Ok((client, connection)) => {
                     let server = Server::of(&config, host);
-                    server.connected();
+                    server.connected(was_suspect);
                     return Ok((client, connection, permit, server));
                 }
-                Err(e) => failed = Some(e),
+                Err(e) => {
+                    if hosts::count(&config) > 1 {
+                        tracing::info!(server = hosts::key(&config, host), error = %e, "could not connect to one of the URL's hosts");
+                    }
+                    failed = Some(e);
+                }
             }
         }
-        Err(Error::Connect(failed.expect("at least one host tried")))
+        Err(failed.expect("at least one host tried"))
     }
 
     /// Asks the server to cancel what a connection these settings opened is running (a
@@ -353,6 +337,37 @@ impl Database {
         let (connector, _) = connector_for(config, tls)?;
         token.cancel_query(connector).await.map_err(Error::Db)
     }
+}
+
+/// Connects to the one host `config` names as libpq would (`allow` and `prefer` retry once
+/// the other way, TLS is not used over a Unix socket).
+async fn connect_one(
+    config: &tokio_postgres::Config,
+    tls: &Tls,
+) -> Result<(tokio_postgres::Client, Connection)> {
+    let (connector, mode) = connector_for(config, tls)?;
+    let attempt = |ssl: DriverMode| {
+        let mut config = config.clone();
+        config.ssl_mode(ssl);
+        let connector = connector.clone();
+        async move { config.connect(connector).await }
+    };
+    let result = match mode {
+        None => config.connect(connector.clone()).await,
+        Some(SslMode::Disable) => attempt(DriverMode::Disable).await,
+        // Plain first; TLS when the server refuses it (pg_hba.conf accepting TLS only).
+        Some(SslMode::Allow) => match attempt(DriverMode::Disable).await {
+            Err(e) if e.as_db_error().is_some() => attempt(DriverMode::Require).await,
+            other => other,
+        },
+        // TLS if offered; a failed handshake tries again without, as libpq does.
+        Some(SslMode::Prefer) => match attempt(DriverMode::Prefer).await {
+            Err(e) if is_tls_failure(&e) => attempt(DriverMode::Disable).await,
+            other => other,
+        },
+        Some(_) => attempt(DriverMode::Require).await,
+    };
+    result.map_err(Error::Connect)
 }
 
 /// The TLS connector for these settings, and the sslmode libpq would use (`None`: the
