@@ -8,7 +8,7 @@
 #   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
-#   SCALE_PARTS="status membership retention claims"  which parts to run
+#   SCALE_PARTS="status membership retention claims leaders"  which parts to run
 #   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 # Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
@@ -22,6 +22,9 @@
 # plans the function's statements; from the sixth PL/pgSQL may keep a generic plan), each call
 # rolled back to a savepoint, in a transaction where the hosts heartbeat first; then the
 # maximum of the 9, in milliseconds.
+# Leaders: a follower's try_lead (the lock held by another session) beside leader(), which
+# reads pg_locks, with SCALE_GROUPS groups held by one session: milliseconds of one call, the
+# mean over 200 calls in one session (a follower asks at every refresh).
 # Retention: admissions (spawn_run at 200 a second from 4 clients) timed before, during and
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
@@ -35,7 +38,7 @@ firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
 host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
-parts=" ${SCALE_PARTS:-status membership retention claims} "
+parts=" ${SCALE_PARTS:-status membership retention claims leaders} "
 claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
 claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
 retention_rows=${SCALE_RETENTION:-5000000}
@@ -222,6 +225,38 @@ SQL
 if [[ $parts == *" membership "* ]]; then membership; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
 if [[ $parts == *" claims "* ]]; then claims; fi
+
+# See "Leaders" above.
+leaders() {
+  echo
+  echo "| leader groups held | a follower's try_lead | leader() (reads pg_locks) |"
+  echo "|---|---|---|"
+  local holder=""
+  for n in "${group_sizes[@]}"; do
+    # One session takes every group's lock and keeps it (as leaders' sessions would).
+    PGAPPNAME=bench-leader-holder psql_ -c "SELECT count(*) FROM generate_series(1, $n) g, rendezvous.try_lead('lg-' || g, 'c')" \
+      -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
+    holder=$!
+    until [ "$(psql_ -At -c "SELECT count(*) FROM rendezvous.leader_locks WHERE granted AND group_name LIKE 'lg-%'")" -ge "$n" ]; do sleep 0.2; done
+    local figures
+    figures=$(psql_ -At -F ' ' <<SQL
+CREATE FUNCTION pg_temp.ms_per(stmt text, calls integer) RETURNS numeric LANGUAGE plpgsql AS \$\$
+DECLARE started timestamptz := clock_timestamp();
+BEGIN
+    FOR i IN 1..calls LOOP EXECUTE format(stmt, 'lg-' || (1 + i % $n)); END LOOP;
+    RETURN round((extract(epoch FROM clock_timestamp() - started) * 1000 / calls)::numeric, 3);
+END \$\$;
+SELECT pg_temp.ms_per('SELECT rendezvous.try_lead(%L, ''f'')', 200), pg_temp.ms_per('SELECT rendezvous.leader(%L)', 200);
+SQL
+)
+    # Its session ends (a killed psql would leave the server's sleeping session holding them).
+    psql_ -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench-leader-holder'" >/dev/null
+    wait "$holder" 2>/dev/null || true
+    echo "| $(printf "%'d" "$n") | ${figures% *} ms | ${figures#* } ms |"
+  done
+  psql_ -c "DELETE FROM rendezvous.leaders WHERE group_name LIKE 'lg-%'" >/dev/null
+}
+if [[ $parts == *" leaders "* ]]; then leaders; fi
 [[ $parts == *" status "* ]] || exit 0
 
 # The 0.2.0 reads, as the baseline (views of its install script, in a scratch schema).
