@@ -432,6 +432,46 @@ async fn prefetched_runs_run_exactly_once_and_a_shutdown_hands_back_the_queue() 
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (30, 0), "queued runs were not handed back");
 }
 
+/// Runs queued on a host whose slots stay busy longer than their lease (a starved machine, a
+/// slow handler) are handed back before their lease ends, their attempt refunded, instead of
+/// lapsing in the queue: each lapse is a takeover that counts an attempt the run never began,
+/// and a run bounced between queues that way fails for good without having run (#43: 20 of
+/// 384 runs in a fleet beside 8 CPU hogs). One slot, handlers of 3 s, a 2 s lease, 3 runs of 2
+/// attempts each, 4 queued at most: all three run once and succeed on their first attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_queued_past_half_their_lease_are_handed_back_not_lapsed() {
+    let db = TestDb::new("runs_queue_lease").await;
+    let admin = db.connect().await;
+    admin
+        .execute("SELECT rendezvous.spawn_run('acme', 'busy', '{}', NULL, 2) FROM generate_series(1, 3)", &[])
+        .await
+        .unwrap();
+    let options = WorkerOptions::default()
+        .with_max_concurrent(1)
+        .with_prefetch(4)
+        .with_queue_horizon(None)
+        .with_run_lease(Duration::from_secs(2))
+        .with_poll(Duration::from_millis(200));
+    let busy = sleeping_worker(&db.url, "busy-host", "busy", options, Duration::from_secs(3)).await;
+    let done = "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'busy' AND state IN ('succeeded', 'failed')";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while admin.query_one(done, &[]).await.unwrap().get::<_, i64>(0) < 3 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", busy.stats());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stats = busy.stats();
+    busy.shutdown(Duration::from_secs(5)).await.unwrap();
+    let rows = admin
+        .query("SELECT state, attempts, last_error FROM rendezvous.runs WHERE workflow_ref = 'busy'", &[])
+        .await
+        .unwrap();
+    for row in &rows {
+        let (state, attempts, error): (String, i32, Option<String>) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!((state.as_str(), attempts), ("succeeded", 1), "{error:?}; {stats:?}");
+    }
+    assert!(stats.released > 0, "the queued runs were handed back: {stats:?}");
+}
+
 /// With the default local queue, a slow host holds about its slots' worth of runs, not a queue
 /// full of work that idle hosts could start: its queue follows the pace it starts runs at. Three
 /// fast hosts and one slow one drain a backlog; sampled throughout, the slow host never holds

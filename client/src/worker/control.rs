@@ -336,6 +336,7 @@ async fn tick(
     last_heartbeat: &mut Instant,
 ) -> Result<Duration> {
     let o = &shared.options;
+    super::executor::release_held_too_long(shared);
     let heartbeat_due = view.is_none() || last_heartbeat.elapsed() >= o.heartbeat;
     if heartbeat_due {
         heartbeat(shared, client, view).await?;

@@ -12,7 +12,7 @@ use super::job::{Job, Work};
 use super::stats::Counters;
 use super::steps::until_cancelled;
 use super::BoxError;
-use super::Shared;
+use super::{Queued, Shared};
 use crate::firing::{self, fail_firing, FailOutcome};
 use crate::runs;
 use crate::{signals, Error, Result};
@@ -28,13 +28,8 @@ pub(super) fn start_queued(shared: &Arc<Shared>) -> Result<()> {
         let Some(q) = shared.queued.lock().expect("queue lock").pop_front() else {
             return Ok(());
         };
-        if q.claimed_at.elapsed() > q.lease / 2 {
-            let side = shared.clone();
-            tokio::spawn(async move {
-                if let Err(e) = release(&side, &q.work, q.token).await {
-                    tracing::warn!(error = %e, "could not release work queued too long");
-                }
-            });
+        if held_too_long(&q) {
+            release_queued(shared, q);
             continue;
         }
         if let Some(due) = q.due {
@@ -45,6 +40,40 @@ pub(super) fn start_queued(shared: &Arc<Shared>) -> Result<()> {
         }
         let job = start_job(shared.clone(), q.work, q.token, q.attempt, q.lease)?;
         shared.jobs.lock().expect("jobs lock").push(job);
+    }
+}
+
+/// Whether queued work waited past half its lease: started now, its lease could end before
+/// its first renewal.
+fn held_too_long(q: &Queued) -> bool {
+    q.claimed_at.elapsed() > q.lease / 2
+}
+
+/// Gives queued work back (the database refunds its attempt), in the background.
+fn release_queued(shared: &Arc<Shared>, q: Queued) {
+    Counters::add(&shared.counters.released);
+    let side = shared.clone();
+    tokio::spawn(async move {
+        if let Err(e) = release(&side, &q.work, q.token).await {
+            tracing::warn!(error = %e, "could not release work queued too long");
+        }
+    });
+}
+
+/// Gives back the queued work that waited past half its lease, whether or not a slot is free:
+/// left in the queue of a host whose handlers are slow (a starved machine), its lease would
+/// end there, and another host's takeover would count the attempt it never began, until the
+/// run fails for good without having run (#43). Released, its attempt is refunded and the next
+/// host with a free slot takes it.
+pub(super) fn release_held_too_long(shared: &Arc<Shared>) {
+    let stale: Vec<Queued> = {
+        let mut queue = shared.queued.lock().expect("queue lock");
+        let (stale, kept): (Vec<Queued>, Vec<Queued>) = queue.drain(..).partition(held_too_long);
+        queue.extend(kept);
+        stale
+    };
+    for q in stale {
+        release_queued(shared, q);
     }
 }
 

@@ -17,7 +17,8 @@ pub struct WorkerStats {
     pub failed_attempts: u64,
     /// Failed attempts that were the last one: failed for good.
     pub failed_for_good: u64,
-    /// Claims given back unfinished at shutdown.
+    /// Claims given back unfinished: at shutdown, and queued work that waited past half its
+    /// lease for a slot (its attempt refunded, for another host to take).
     pub released: u64,
     /// New control connections after one was lost.
     pub reconnects: u64,
