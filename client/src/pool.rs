@@ -268,6 +268,11 @@ impl Pool {
     pub fn close(&self) {
         self.inner.close();
     }
+
+    /// Closes the connections idle for longer than `idle`; returns how many.
+    pub(crate) fn close_idle(&self, idle: Duration) -> usize {
+        self.inner.retain(|_, metrics| metrics.last_used() <= idle).removed.len()
+    }
 }
 
 /// A [`Pool`]'s connections at one moment.

@@ -376,6 +376,113 @@ async fn a_host_leaves_an_old_primary_left_writable_for_the_promoted_node() {
     p.batch_execute("SELECT pg_reload_conf()").await.unwrap();
 }
 
+/// A server with no connection left must not freeze a host that lost its own (#43: a fleet
+/// beside CPU hogs froze for 30-40 s after a failover: every host's job pool had grown for the
+/// backlog, the promoted server refused new connections with 53300, and a host whose control
+/// connection was gone could not get back in while the pools kept their idle connections).
+/// Two Workers grow their job pools; the rest of the server is filled; one Worker's control
+/// connection is ended. It gets back in within seconds, its own idle job connections making way
+/// (before, it never did while the server stayed full), and the other Worker's idle job
+/// connections are closed after they idle a while (before, the pool kept its size for good).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_gets_back_into_a_server_that_job_connections_filled() {
+    use rendezvous_client::{Job, Worker, WorkerOptions};
+    let cluster = Cluster::start_with(&ClusterOptions {
+        settings: vec![("fsync".into(), "off".into()), ("max_connections".into(), "40".into())],
+        ..ClusterOptions::default()
+    })
+    .await
+    .unwrap();
+    let admin = rendezvous_tests::connect(&cluster.url()).await;
+    admin
+        .execute("SELECT rendezvous.spawn_run('acme', 'busy', '{}') FROM generate_series(1, 24)", &[])
+        .await
+        .unwrap();
+    let options = WorkerOptions::default()
+        .with_max_concurrent(12)
+        .with_prefetch(0)
+        .with_poll(Duration::from_millis(200))
+        .with_max_backoff(Duration::from_millis(300));
+    let start = |host: &'static str| {
+        let (url, options) = (cluster.url(), options.clone());
+        async move {
+            Worker::builder(url.as_str(), host)
+                .options(options)
+                .workflow("busy", |job: Job| async move {
+                    job.client().await?.execute("SELECT pg_sleep(1)", &[]).await?;
+                    Ok::<(), rendezvous_client::Error>(())
+                })
+                .start()
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = (start("full-a").await, start("full-b").await);
+    let sessions = |app: &str| {
+        format!("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler {app}'")
+    };
+    rendezvous_tests::wait_for_count(
+        &admin,
+        "SELECT count(*) FROM rendezvous.runs WHERE workflow_ref = 'busy' AND state = 'succeeded'",
+        24,
+    )
+    .await;
+    // Both pools grew for the backlog; their connections are idle now. The rest of the server
+    // is taken (superuser connections included: the hosts connect as one).
+    let job_sessions =
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'rendezvous scheduler full-% job'";
+    let grown: i64 = admin.query_one(job_sessions, &[]).await.unwrap().get(0);
+    assert!(grown >= 8, "{grown} job connections");
+    let mut fillers = Vec::new();
+    while let Ok(c) = rendezvous_client::connect(cluster.url().as_str()).await {
+        fillers.push(c);
+        assert!(fillers.len() < 40, "the server never filled up");
+    }
+    // Host a's control connection ends; a filler takes its place at once.
+    let ended: bool = admin
+        .query_one(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler full-a'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ended);
+    rendezvous_tests::wait_for_count(&admin, &sessions("full-a"), 0).await;
+    if let Ok(c) = rendezvous_client::connect(cluster.url().as_str()).await {
+        fillers.push(c);
+    }
+    let waited = std::time::Instant::now();
+    while a.stats().reconnects == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(8),
+            "the host never got back into the full server: {:?}",
+            a.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Host b's idle job connections are closed after a while (its looks close them).
+    let waited = std::time::Instant::now();
+    loop {
+        let b_jobs: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler full-b job'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if b_jobs == 0 {
+            break;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(30), "{b_jobs} idle job connections kept");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(fillers);
+    a.shutdown(Duration::from_secs(5)).await.unwrap();
+    b.shutdown(Duration::from_secs(5)).await.unwrap();
+}
+
 /// Polls `query` (a boolean) on `client` until it is true, for up to `timeout`.
 async fn wait_until_for(client: &tokio_postgres::Client, query: &str, timeout: Duration) {
     let deadline = std::time::Instant::now() + timeout;

@@ -119,6 +119,12 @@ pub(super) async fn run(
                 }
                 Err(e) => {
                     tracing::warn!(host_id = %shared.host_id, error = %e, ?backoff, "scheduler cannot connect; retrying");
+                    if e.sqlstate() == Some(&tokio_postgres::error::SqlState::TOO_MANY_CONNECTIONS) {
+                        // The server is full: this host's idle job connections make way for
+                        // the one it cannot run without.
+                        let closed = shared.pool.close_idle(Duration::ZERO);
+                        tracing::warn!(host_id = %shared.host_id, closed, "the server has no connection left: closed this host's idle job connections");
+                    }
                     sleep_or_stop(jittered(backoff), &mut stop).await;
                     backoff = (backoff * 2).min(shared.options.max_backoff);
                     continue;
@@ -266,6 +272,9 @@ fn after_freed_slot(shared: &Arc<Shared>, count: bool) -> bool {
     shared.runs_waiting.load(Ordering::Relaxed) || shared.firings_waiting.load(Ordering::Relaxed)
 }
 
+/// How long a job connection may stay idle in the worker's pool before it is closed.
+const JOB_CONNECTION_IDLE: Duration = Duration::from_secs(10);
+
 /// `look`, counting in `timeouts` when it has no answer within `limit` (it goes on: see
 /// `connection::bounded`).
 async fn timed<T>(limit: Duration, shared: &Shared, look: impl std::future::Future<Output = T>) -> T {
@@ -337,6 +346,10 @@ async fn tick(
 ) -> Result<Duration> {
     let o = &shared.options;
     super::executor::release_held_too_long(shared);
+    // Job connections idle for a while are closed: a pool grown for a burst (a backlog after a
+    // failover) would otherwise keep its size for good, and a server whose hosts all did so has
+    // no connection left for a host that lost its own (#43: a fleet froze that way).
+    shared.pool.close_idle(JOB_CONNECTION_IDLE);
     let heartbeat_due = view.is_none() || last_heartbeat.elapsed() >= o.heartbeat;
     if heartbeat_due {
         heartbeat(shared, client, view).await?;
