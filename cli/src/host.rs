@@ -16,7 +16,7 @@ use rendezvous_client::leader::assert_leader;
 use rendezvous_client::replication::cancelled_sync_waits;
 use rendezvous_client::Clock;
 use rendezvous_client::{
-    spawn_run, CatchUp, Job, LeaderElector, LeaderOptions, Overlap, RetryPolicy, TaskSpec, Worker,
+    spawn_run, CatchUp, Database, Job, LeaderElector, LeaderOptions, Overlap, RetryPolicy, TaskSpec, Worker,
     WorkerOptions,
 };
 
@@ -53,6 +53,10 @@ pub struct HostPlan {
     /// that move a faulted host's work within seconds under chaos
     #[arg(long)]
     pub client_defaults: bool,
+    /// Cap this host's server sessions, all its pieces together (one capped `Database`), so
+    /// the fleet fits the server's max_connections
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
 }
 
 impl HostPlan {
@@ -80,6 +84,9 @@ impl HostPlan {
         }
         if self.client_defaults {
             args.push("--client-defaults".into());
+        }
+        if let Some(n) = self.max_connections {
+            args.extend(["--max-connections".into(), n.to_string()]);
         }
         args
     }
@@ -279,8 +286,12 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     } else {
         LeaderOptions::default().with_refresh(Duration::from_millis(500)).with_lease(None)
     };
-    let elector =
-        LeaderElector::start(&plan.url, &plan.group(), &plan.host_id, leader_options).await.map_err(e)?;
+    // Every piece from one Database: the cap, when given, bounds them together.
+    let db = match plan.max_connections {
+        Some(n) => Database::from_url(&plan.url).with_max_connections(n),
+        None => Database::from_url(&plan.url),
+    };
+    let elector = LeaderElector::start(&db, &plan.group(), &plan.host_id, leader_options).await.map_err(e)?;
     let options = if plan.client_defaults {
         WorkerOptions::default()
     } else {
@@ -289,7 +300,8 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             .with_rank_delay(Duration::from_millis(300))
             .with_heartbeat(Duration::from_millis(300))
             .with_staleness(Duration::from_secs(2))
-            .with_max_concurrent(32)
+            // Within the cap: the Worker's own 3 sessions, the elector's and the writer's beside.
+            .with_max_concurrent(plan.max_connections.map_or(32, |n| n.saturating_sub(5).clamp(1, 32)))
             .with_max_backoff(Duration::from_secs(1))
             // Short, so a hung or cut-off host's runs are taken over within the chaos.
             .with_run_lease(Duration::from_secs(3))
@@ -298,7 +310,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     .with_clock(skewed_clock(plan.skew_ms));
     let tag: Arc<str> = plan.tag.clone().into();
     let ledger = Arc::new(Ledger::open(plan.ledger.as_deref())?);
-    let mut builder = Worker::builder(&plan.url, &plan.host_id).options(options);
+    let mut builder = Worker::builder(&db, &plan.host_id).options(options);
     for spec in plan.task_specs() {
         let (run_tag, run_ledger) = (tag.clone(), ledger.clone());
         builder = builder
@@ -313,12 +325,12 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
     // the client's defaults it is as patient as they are: a slow server is waited for.
     let writer_name = format!("rendezvous fleet writer {}", plan.host_id);
     let call_timeout = if plan.client_defaults { Duration::from_secs(30) } else { CALL_TIMEOUT };
-    let mut writer = rendezvous_client::connect_as(&plan.url, &writer_name).await.map_err(e)?;
+    let mut writer = rendezvous_client::connect_as(&db, &writer_name).await.map_err(e)?;
     let expected = plan.tasks; // at least one firing per task before the end, checked below
     let mut term = None;
     loop {
         if writer.is_closed() {
-            reconnect(&mut writer, &plan.url, &writer_name, call_timeout).await;
+            reconnect(&mut writer, &db, &writer_name, call_timeout).await;
         }
         // Leader-only surface, gated on is_leader() and fenced by the epoch.
         if let Some(epoch) = elector.epoch() {
@@ -335,7 +347,7 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             {
                 Ok(true) => ledger.record(format_args!("action {epoch} {action_id}")),
                 Ok(false) => {}
-                Err(_) => reconnect(&mut writer, &plan.url, &writer_name, call_timeout).await,
+                Err(_) => reconnect(&mut writer, &db, &writer_name, call_timeout).await,
             }
         }
         let done = async {
@@ -353,8 +365,8 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
 
 /// Replaces `writer` with a new connection, within `limit`; if none can be made now (a
 /// failover in progress), the next round tries again.
-async fn reconnect(writer: &mut tokio_postgres::Client, url: &str, name: &str, limit: Duration) {
-    if let Ok(Ok(fresh)) = tokio::time::timeout(limit, rendezvous_client::connect_as(url, name)).await {
+async fn reconnect(writer: &mut tokio_postgres::Client, db: &Database, name: &str, limit: Duration) {
+    if let Ok(Ok(fresh)) = tokio::time::timeout(limit, rendezvous_client::connect_as(db, name)).await {
         *writer = fresh;
     }
 }

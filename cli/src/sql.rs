@@ -295,6 +295,9 @@ rendezvous_client::sql_statements! {
                FROM (SELECT extract(epoch FROM min(s.at) - s.fire_at)::float8 AS l FROM fleet_starts s
                       WHERE s.tag = $1 AND s.fire_at <= $2 GROUP BY s.firing_key, s.fire_at) x"
         (TEXT, TIMESTAMPTZ) -> ("percentile_cont": FLOAT8, "percentile_cont": FLOAT8, "max": FLOAT8);
+    /// `rendezvous fleet` (fleet/mod.rs): the sessions the server has for clients.
+    FLEET_CONNECTIONS_AVAILABLE = "SELECT current_setting('max_connections')::int4 - current_setting('superuser_reserved_connections')::int4"
+        () -> ("?column?": INT4);
     /// `rendezvous fleet` (fleet/report.rs).
     FLEET_TIMELINE_STARTS = "SELECT s.host_id, s.at, e.at,
                     EXISTS (SELECT 1 FROM fleet_starts p

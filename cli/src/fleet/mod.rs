@@ -197,6 +197,7 @@ async fn drive(
         skew_ms: 0,
         ledger: None,
         client_defaults: o.overload,
+        max_connections: Some(host_cap(&mut admin, &url, o.hosts).await?),
     };
     let due = schedule_tasks(&mut admin, &url, &base, end).await?;
     let example = base.task_specs().into_iter().last().map(|s| s.schedule).unwrap_or_default();
@@ -256,6 +257,26 @@ async fn drive(
     let hosts: Vec<String> = hosts.iter().map(|h| h.plan.host_id.clone()).collect();
     wrap_up(&o, &mut admin, &watcher, &tag, end, &ledgers, hosts, &mut report).await?;
     Ok(report)
+}
+
+/// Server sessions a fleet leaves to others: the controller's, the failover watcher's, the
+/// report's, an HA engine's (pg_auto_failover's monitor and replication), an operator's psql.
+const OTHER_SESSIONS: i32 = 12;
+
+/// The most sessions each host may hold so that the fleet fits the server's `max_connections`
+/// (less the superuser reservation and [`OTHER_SESSIONS`]), as docs/operations.md's connection
+/// budget plans it: at most what a host can use (its 32 handlers and 5 other sessions), at
+/// least 6. Without it a failover's backlog grew every host's job pool until the promoted
+/// server refused connections, on pg_auto_failover's nodes (max_connections 100) with 4 hosts.
+async fn host_cap(admin: &mut Client, url: &str, hosts: usize) -> Result<usize, String> {
+    let available: i32 = bounded(admin, url, CALL_TIMEOUT, async |admin| {
+        let row =
+            admin.query_one(crate::sql::FLEET_CONNECTIONS_AVAILABLE, &[]).await.map_err(|e| e.to_string())?;
+        Ok(row.get::<_, i32>(0))
+    })
+    .await?;
+    let per_host = (available - OTHER_SESSIONS).max(0) as usize / hosts.max(1);
+    Ok(per_host.clamp(6, 37))
 }
 
 /// The machine's load average over the last minute, from /proc.
