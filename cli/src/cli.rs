@@ -436,8 +436,10 @@ mod tests {
             skew_ms: -170_000,
             ledger: Some("/tmp/fleet42/host-3.ledger".into()),
             client_defaults: false,
+            max_connections: Some(21),
         };
-        for plan in [plan.clone(), HostPlan { skew_ms: 0, ledger: None, client_defaults: true, ..plan }] {
+        let other = HostPlan { skew_ms: 0, ledger: None, client_defaults: true, max_connections: None, ..plan.clone() };
+        for plan in [plan, other] {
             let args = plan.to_args();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let Command::Host(back) = parse(&args).unwrap() else { panic!() };
