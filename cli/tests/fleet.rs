@@ -536,26 +536,27 @@ fn the_fleet_survives_a_database_failover_and_reports_what_an_asynchronous_one_l
     // host leaves the old primary by itself (bounded calls; connections to a server that
     // turned read-only close) and completes the firings on the promoted server; none hangs
     // on the old one past the end.
-    let (code, report) = fleet("promote-partitioned");
-    assert_eq!(code, Some(0), "{report}");
-    assert!(report.contains("verdict                  PASS"), "{report}");
-    assert!(!report.contains("did not finish by the deadline"), "a host hung on the old primary: {report}");
-    assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
     // Both nodes answer and both say they are not in recovery: the report is read on the one
     // on the newer timeline, the promoted one (#43).
-    let read_on = report.lines().find(|l| l.starts_with("read on ")).unwrap_or_else(|| panic!("{report}"));
-    assert!(read_on.contains(" (read-write, timeline 2)"), "{read_on}");
+    let passed_on_the_promoted_node = |(code, report): (Option<i32>, String)| {
+        assert_eq!(code, Some(0), "{report}");
+        assert!(report.contains("verdict                  PASS"), "{report}");
+        assert!(
+            !report.contains("did not finish by the deadline"),
+            "a host hung on the old primary: {report}"
+        );
+        assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
+        let read_on =
+            report.lines().find(|l| l.starts_with("read on ")).unwrap_or_else(|| panic!("{report}"));
+        assert!(read_on.contains(" (read-write, timeline 2)"), "{read_on}");
+        report
+    };
+    passed_on_the_promoted_node(fleet("promote-partitioned"));
 
     // The same partition, but no failover tool fences the old primary: it stays up and
     // writable, first in the URL (#43). Every host leaves it once a commit there waited past its
     // call timeout (the server is then suspect), and the fleet passes on the promoted node.
-    let (code, report) = fleet("promote-unfenced");
-    assert_eq!(code, Some(0), "{report}");
-    assert!(report.contains("verdict                  PASS"), "{report}");
-    assert!(!report.contains("did not finish by the deadline"), "a host hung on the old primary: {report}");
-    assert_eq!(figure(&report, "firings completed"), figure(&report, "firings due"), "{report}");
-    let read_on = report.lines().find(|l| l.starts_with("read on ")).unwrap_or_else(|| panic!("{report}"));
-    assert!(read_on.contains(" (read-write, timeline 2)"), "{read_on}");
+    let report = passed_on_the_promoted_node(fleet("promote-unfenced"));
     let line =
         report.lines().find(|l| l.starts_with("database failover")).unwrap_or_else(|| panic!("{report}"));
     assert!(!line.contains("never"), "no leader on the promoted node: {line}");

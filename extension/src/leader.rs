@@ -552,13 +552,23 @@ fn end_silent_holder(group: &str, lock_id: i32) -> bool {
                       WHERE l.group_name = $1 AND l.pid IS NOT NULL AND c.lease IS NOT NULL
                         AND greatest(c.confirmed_at, l.since) + c.lease + interval '{LEASE_GRACE}'
                             < pg_catalog.clock_timestamp()
-                        AND rendezvous._leader_lock_held($2, l.pid)
-                        AND rendezvous._lock_holder($2) = l.pid)"
+                        AND rendezvous._leader_lock_held($2, l.pid))"
         ),
         &[group.into(), lock_id.into()],
     )
     .expect("read the holder's last confirmation");
     let Some(pid) = pid else { return false };
+    // That backend holds the lock, by pg_locks (a pid can be reused): read only now, for a
+    // holder past its lease. In the statement above the planner checked it first, on every
+    // follower's claim (pg_locks costs grow with every lock the server holds, #42).
+    let holds = Spi::get_one_with_args::<bool>(
+        "SELECT rendezvous._lock_holder($1) IS NOT DISTINCT FROM $2",
+        &[lock_id.into(), pid.into()],
+    )
+    .expect("check the holder in pg_locks");
+    if holds != Some(true) {
+        return false;
+    }
     pgrx::warning!(
         "ending the session of group \"{group}\"'s leader (pid {pid}): it has not confirmed its term for longer than its lease plus {LEASE_GRACE}"
     );

@@ -247,7 +247,7 @@ async fn wait_until(client: &tokio_postgres::Client, query: &str) {
 /// itself and goes on running firings there, with tokens above the old timeline's.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
-    use rendezvous_client::{Job, TaskSpec, Worker, WorkerOptions};
+    use rendezvous_client::WorkerOptions;
     let primary = Cluster::start().await.unwrap();
     let standby = primary.standby().unwrap();
     let url = format!(
@@ -259,20 +259,7 @@ async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
     let in_recovery: bool = client.query_one("SELECT pg_is_in_recovery()", &[]).await.unwrap().get(0);
     assert!(!in_recovery);
     drop(client);
-    let scheduler = Worker::builder(url.as_str(), "h1")
-        .options(
-            WorkerOptions::default()
-                .with_poll(Duration::from_millis(200))
-                .with_heartbeat(Duration::from_millis(300))
-                .with_staleness(Duration::from_secs(2))
-                .with_max_backoff(Duration::from_millis(500)),
-        )
-        .task(TaskSpec::new("tick", "* * * * * *").with_lease(Duration::from_secs(3)), |_job: Job| async {
-            Ok::<(), std::io::Error>(())
-        })
-        .start()
-        .await
-        .unwrap();
+    let scheduler = ticking_scheduler(&url, WorkerOptions::default()).await;
     let completed = "SELECT count(*) FROM rendezvous.firings WHERE completed_at IS NOT NULL";
     let p = rendezvous_tests::connect(&primary.url()).await;
     wait_until(&p, &format!("SELECT ({completed}) >= 2")).await;
@@ -289,27 +276,13 @@ async fn a_scheduler_on_a_multi_host_url_follows_a_promotion() {
     scheduler.shutdown(Duration::from_secs(2)).await.unwrap();
 }
 
-/// A failover that leaves the old primary up and writable (no HA engine fenced it), cut off
-/// from the standby that was promoted, with the old primary named first in the hosts' URL: its
-/// commits wait for a synchronous standby that is gone, and it still accepts connections, so a
-/// host that reconnected through the URL in order would land on it again after every call given
-/// up there (#43). A commit that waited past a call's bound makes the server suspect: the
-/// host's connections to it are closed, and the scheduler and the elector go on on the
-/// promoted node, with tokens and an epoch of its timeline.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_host_leaves_an_old_primary_left_writable_for_the_promoted_node() {
-    use rendezvous_client::{Job, LeaderElector, LeaderOptions, TaskSpec, Worker, WorkerOptions};
-    let primary = Cluster::start().await.unwrap();
-    let standby = primary.standby().unwrap();
-    let url = format!(
-        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write&connect_timeout=2",
-        primary.port, standby.port
-    );
-    let scheduler = Worker::builder(url.as_str(), "h1")
+/// Host `h1` with a per-second task `tick` whose firings do nothing, on `url`, polling and
+/// heartbeating fast (`base`'s other options kept).
+async fn ticking_scheduler(url: &str, base: rendezvous_client::WorkerOptions) -> rendezvous_client::Worker {
+    use rendezvous_client::{Job, TaskSpec, Worker};
+    Worker::builder(url, "h1")
         .options(
-            WorkerOptions::default()
-                .with_call_timeout(Duration::from_secs(1))
-                .with_poll(Duration::from_millis(200))
+            base.with_poll(Duration::from_millis(200))
                 .with_heartbeat(Duration::from_millis(300))
                 .with_staleness(Duration::from_secs(2))
                 .with_max_backoff(Duration::from_millis(500)),
@@ -319,7 +292,27 @@ async fn a_host_leaves_an_old_primary_left_writable_for_the_promoted_node() {
         })
         .start()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A failover that leaves the old primary up and writable (no HA engine fenced it), cut off
+/// from the standby that was promoted, with the old primary named first in the hosts' URL: its
+/// commits wait for a synchronous standby that is gone, and it still accepts connections, so a
+/// host that reconnected through the URL in order would land on it again after every call given
+/// up there (#43). A commit that waited past a call's bound makes the server suspect: the
+/// host's connections to it are closed, and the scheduler and the elector go on on the
+/// promoted node, with tokens and an epoch of its timeline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_leaves_an_old_primary_left_writable_for_the_promoted_node() {
+    use rendezvous_client::{LeaderElector, LeaderOptions, WorkerOptions};
+    let primary = Cluster::start().await.unwrap();
+    let standby = primary.standby().unwrap();
+    let url = format!(
+        "postgresql://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write&connect_timeout=2",
+        primary.port, standby.port
+    );
+    let scheduler =
+        ticking_scheduler(&url, WorkerOptions::default().with_call_timeout(Duration::from_secs(1))).await;
     let elector = LeaderElector::start(
         url.as_str(),
         "g",
