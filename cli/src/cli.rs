@@ -438,7 +438,13 @@ mod tests {
             client_defaults: false,
             max_connections: Some(21),
         };
-        let other = HostPlan { skew_ms: 0, ledger: None, client_defaults: true, max_connections: None, ..plan.clone() };
+        let other = HostPlan {
+            skew_ms: 0,
+            ledger: None,
+            client_defaults: true,
+            max_connections: None,
+            ..plan.clone()
+        };
         for plan in [plan, other] {
             let args = plan.to_args();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
