@@ -429,16 +429,11 @@ pub async fn watch_failover(nodes: Vec<String>, group: String, killed: Instant, 
     while killed.elapsed() < limit {
         for node in &nodes {
             let Ok(client) = connect(node).await else { continue };
-            let row = client
-                .query_one(
-                    "SELECT NOT pg_is_in_recovery(),
-                            ((('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 - 1) << 32)",
-                    &[],
-                )
-                .await;
-            let Ok(row) = row else { continue };
-            let (primary, floor): (bool, i64) = (row.get(0), row.get(1));
-            if !primary || floor == 0 {
+            // The node's timeline as the report's choice of node reads it (fleet/controller.rs).
+            let Ok(row) = client.query_one(crate::sql::FLEET_NODE_TIMELINE, &[]).await else { continue };
+            let (writable, timeline): (bool, Option<i32>) = (row.get(0), row.get(1));
+            let floor = (i64::from(timeline.unwrap_or(1)) - 1) << 32;
+            if !writable || floor == 0 {
                 continue;
             }
             if seen.read_write.is_none() {

@@ -301,7 +301,10 @@ pub async fn run(plan: HostPlan) -> Result<(), String> {
             .with_heartbeat(Duration::from_millis(300))
             .with_staleness(Duration::from_secs(2))
             // Within the cap: the Worker's own 3 sessions, the elector's and the writer's beside.
-            .with_max_concurrent(plan.max_connections.map_or(32, |n| n.saturating_sub(5).clamp(1, 32)))
+            .with_max_concurrent(
+                plan.max_connections
+                    .map_or(HANDLERS, |n| n.saturating_sub(SESSIONS_BESIDE_HANDLERS).clamp(1, HANDLERS)),
+            )
             .with_max_backoff(Duration::from_secs(1))
             // Short, so a hung or cut-off host's runs are taken over within the chaos.
             .with_run_lease(Duration::from_secs(3))
@@ -370,6 +373,14 @@ async fn reconnect(writer: &mut tokio_postgres::Client, db: &Database, name: &st
         *writer = fresh;
     }
 }
+
+/// A fleet host's handlers at most (`WorkerOptions::max_concurrent`, each with a job
+/// connection), under chaos and failovers.
+pub const HANDLERS: usize = 32;
+
+/// A fleet host's sessions beside its handlers': the Worker's control, side and retention
+/// connections, the elector's and the writer's.
+pub const SESSIONS_BESIDE_HANDLERS: usize = 5;
 
 /// How long the host waits for one call on its own connection (under chaos).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);

@@ -265,7 +265,7 @@ const OTHER_SESSIONS: i32 = 12;
 
 /// The most sessions each host may hold so that the fleet fits the server's `max_connections`
 /// (less the superuser reservation and [`OTHER_SESSIONS`]), as docs/operations.md's connection
-/// budget plans it: at most what a host can use (its 32 handlers and 5 other sessions), at
+/// budget plans it: at most what a host can use (its handlers and the sessions beside them), at
 /// least 6. Without it a failover's backlog grew every host's job pool until the promoted
 /// server refused connections, on pg_auto_failover's nodes (max_connections 100) with 4 hosts.
 async fn host_cap(admin: &mut Client, url: &str, hosts: usize) -> Result<usize, String> {
@@ -276,7 +276,7 @@ async fn host_cap(admin: &mut Client, url: &str, hosts: usize) -> Result<usize, 
     })
     .await?;
     let per_host = (available - OTHER_SESSIONS).max(0) as usize / hosts.max(1);
-    Ok(per_host.clamp(6, 37))
+    Ok(per_host.clamp(6, crate::host::HANDLERS + crate::host::SESSIONS_BESIDE_HANDLERS))
 }
 
 /// The machine's load average over the last minute, from /proc.

@@ -68,6 +68,10 @@ fn release_queued(shared: &Arc<Shared>, q: Queued) {
 pub(super) fn release_held_too_long(shared: &Arc<Shared>) {
     let stale: Vec<Queued> = {
         let mut queue = shared.queued.lock().expect("queue lock");
+        // Every look asks: the queue is rebuilt only when something is to go.
+        if !queue.iter().any(held_too_long) {
+            return;
+        }
         let (stale, kept): (Vec<Queued>, Vec<Queued>) = queue.drain(..).partition(held_too_long);
         queue.extend(kept);
         stale
