@@ -455,22 +455,12 @@ async fn a_host_gets_back_into_a_server_that_job_connections_filled() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Host b's idle job connections are closed after a while (its looks close them).
-    let waited = std::time::Instant::now();
-    loop {
-        let b_jobs: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler full-b job'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if b_jobs == 0 {
-            break;
-        }
-        assert!(waited.elapsed() < Duration::from_secs(30), "{b_jobs} idle job connections kept");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_for(
+        &admin,
+        "SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'rendezvous scheduler full-b job'",
+        Duration::from_secs(30),
+    )
+    .await;
     drop(fillers);
     a.shutdown(Duration::from_secs(5)).await.unwrap();
     b.shutdown(Duration::from_secs(5)).await.unwrap();
