@@ -75,13 +75,16 @@ BEGIN
                holder_role = excluded.holder_role
          WHERE rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started,
                                             excluded.claimed_at)
+           AND (f.token <> 0 OR NOT rendezvous._firing_overlapped(f.task_id, f.fire_at))
         RETURNING true, f.holder, f.token, false, f.lease_until INTO result;
         IF FOUND THEN
             PERFORM rendezvous._durable_commit();
             RETURN result;
         END IF;
-        -- Someone holds a live lease, or the firing is done (the row is locked by us now).
+        -- Someone holds a live lease, or the firing is done, or its task's overlap policy skips
+        -- it: then it is finished as skipped (the row is locked by us now; schedule.sql).
         -- A loser is not told the holder's token (#24).
+        PERFORM rendezvous._skip_overlapped(ARRAY[key], now_);
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f WHERE f.firing_key = key;
         IF FOUND THEN

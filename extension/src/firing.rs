@@ -46,8 +46,9 @@ const FIRST_AD_INSTANT: i64 = -63_082_281_600_000_000;
 thread_local! {
     /// A first claim inserts (token 1, or the timeline's floor); a claim on an uncompleted
     /// firing whose lease ran out or whose holder's session is gone (holder.rs) takes it over
-    /// with the next token; anything else changes nothing. The claim records this session and
-    /// its login role (only that role acts on the claim).
+    /// with the next token, unless its task's overlap policy skips it (a firing never claimed,
+    /// schedule.sql); anything else changes nothing. The claim records this session and its
+    /// login role (only that role acts on the claim).
     static CLAIM: KeptPlan = const { KeptPlan::new(
         "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, \
                                              holder_pid, holder_started, holder_role) \
@@ -61,6 +62,8 @@ thread_local! {
                 holder_role = excluded.holder_role \
           WHERE rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, \
                                              f.holder_started, excluded.claimed_at) \
+            AND (f.token OPERATOR(pg_catalog.<>) 0 \
+                 OR NOT rendezvous._firing_overlapped(f.task_id, f.fire_at)) \
          RETURNING f.token, f.lease_until",
         &[pg_sys::TEXTOID, pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TEXTOID, pg_sys::INT8OID,
           pg_sys::TIMESTAMPTZOID, pg_sys::INTERVALOID],
@@ -81,6 +84,12 @@ thread_local! {
         "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until \
            FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1",
         &[pg_sys::TEXTOID],
+    ) };
+    /// A firing the claim refused although it could be claimed: skipped by its task's overlap
+    /// policy, and finished as skipped here (the row is locked by the claim).
+    static SKIP: KeptPlan = const { KeptPlan::new(
+        "SELECT rendezvous._skip_overlapped(ARRAY[$1], $2)",
+        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
     ) };
     /// A completion by the current claim's token and role (repeating it is harmless).
     static COMPLETE: KeptPlan = const { KeptPlan::new(
@@ -279,6 +288,18 @@ unsafe fn claim(
                 // The holder's token is not told to a loser: a token fences, it does not
                 // authenticate, so only its holder should know it (#24).
                 if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
+                    // Refused with nobody holding it, not completed: the overlap policy skips
+                    // it (or a retry's backoff is not over: then nothing is skipped). Skipped
+                    // now, the loser's answer is read again (no holder, never claimable).
+                    let unheld = row.get::<String>(1).is_none() && row.get::<bool>(2) == Some(false);
+                    if current && unheld {
+                        let skipped = FirstRow::of(SKIP.with(|p| p.run(client, &[Some(key), Some(now)])));
+                        if skipped.and_then(|r| r.get::<i32>(1)).unwrap_or(0) > 0 {
+                            if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
+                                return Some(loser(row));
+                            }
+                        }
+                    }
                     return Some(loser(row));
                 }
             }

@@ -129,7 +129,9 @@ COMMENT ON FUNCTION rendezvous.claim_firing(text, timestamptz, text, interval) I
 -- hold nothing this call holds). Then free existing firings (unfinished; lease over, or the
 -- holder's session gone) are
 -- locked without waiting (SKIP LOCKED: one another session holds a lock on is reported as not
--- claimed, with the holder it shows) and taken over with the next token.
+-- claimed, with the holder it shows) and taken over with the next token; or, never claimed and
+-- skipped by its task's overlap policy, finished as skipped (_skip_overlapped, schedule.sql):
+-- reported not claimed, with no holder, never claimable (lease_until infinity).
 CREATE FUNCTION rendezvous.claim_firings(
     task_ids text[],
     fire_ats timestamptz[],
@@ -145,6 +147,7 @@ DECLARE
     due_keys text[];
     made text[];
     taken text[];
+    overlapped text[];
     -- Tokens stay above any a timeline before this one handed out (fencing.rs).
     floor_ bigint := rendezvous._fence_floor();
 BEGIN
@@ -177,7 +180,9 @@ BEGIN
     )
     SELECT coalesce(array_agg(n.firing_key), '{}') INTO made FROM inserted n;
     WITH free AS (
-        SELECT f.firing_key
+        SELECT f.firing_key,
+               -- The overlap policy, for a firing never claimed (schedule.sql): skipped, not claimed.
+               f.token = 0 AND rendezvous._firing_overlapped(f.task_id, f.fire_at) AS overlapped
           FROM rendezvous.firings f
          WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
            AND rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_)
@@ -190,10 +195,15 @@ BEGIN
                holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started(),
                holder_role = rendezvous._session_role()
           FROM free
-         WHERE f.firing_key = free.firing_key
+         WHERE f.firing_key = free.firing_key AND NOT free.overlapped
         RETURNING f.firing_key
     )
-    SELECT coalesce(array_agg(u.firing_key), '{}') INTO taken FROM updated u;
+    SELECT coalesce((SELECT array_agg(u.firing_key) FROM updated u), '{}'),
+           coalesce((SELECT array_agg(fr.firing_key) FROM free fr WHERE fr.overlapped), '{}')
+      INTO taken, overlapped;
+    IF cardinality(overlapped) > 0 THEN
+        PERFORM rendezvous._skip_overlapped(overlapped, now_);
+    END IF;
     IF cardinality(made) + cardinality(taken) > 0 THEN
         PERFORM rendezvous._durable_commit();
     END IF;

@@ -150,7 +150,8 @@ ALTER FUNCTION rendezvous.next_due_at() SECURITY DEFINER;
 ALTER FUNCTION rendezvous.fail_firing(text, timestamptz, bigint, text) SECURITY DEFINER;
 REVOKE EXECUTE ON FUNCTION rendezvous._make_due_firings(timestamptz, integer, integer),
     rendezvous._make_task_firings(timestamptz, integer, text, integer),
-    rendezvous._unmake_ahead(text, timestamptz) FROM PUBLIC;
+    rendezvous._unmake_ahead(text, timestamptz), rendezvous._skip_overlapped(text[], timestamptz),
+    rendezvous._firing_overlapped(text, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION
     rendezvous.schedule_task(text, text, text, text, text, interval, interval, integer, interval),
     rendezvous.unschedule_task(text), rendezvous.pause_task(text), rendezvous.resume_task(text),

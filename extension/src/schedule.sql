@@ -41,11 +41,9 @@ COMMENT ON TABLE rendezvous.tasks IS
 COMMENT ON COLUMN rendezvous.tasks.plan_error IS
     'Why making this task''s firings failed (its fire times are not made, other tasks''s are); schedule_task clears it.';
 COMMENT ON COLUMN rendezvous.tasks.skipped IS
-    'Fire times that never became firings (catch-up or overlap policy), counted up to 100,000 a pass.';
+    'Fire times that never ran by policy: never made a firing (catch-up or overlap), counted up to 100,000 a pass, or made ahead and skipped when claimed (overlap).';
 -- What due_firings reads each poll: only tasks whose time has come, never all of them.
 CREATE INDEX tasks_due ON rendezvous.tasks (next_fire_at) WHERE NOT paused;
--- The tasks whose firings are made ahead of their time (next_due_at's second probe).
-CREATE INDEX tasks_due_ahead ON rendezvous.tasks (next_fire_at) WHERE NOT paused AND overlap = 'allow';
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.tasks', '');
 
 -- Validates the policy arguments of schedule_task (22004 / 22023).
@@ -234,15 +232,72 @@ $$;
 COMMENT ON FUNCTION rendezvous.resume_task(text) IS
     'Resumes a paused task from its next fire time after now (idempotent) and returns it; P0002 when there is no such task.';
 
+-- The overlap policy at claim time (#42): a firing of a task with overlap = 'skip' is not run
+-- while an earlier firing of the task is unfinished (running, pending, or waiting to be
+-- retried). Plain SQL, every name qualified, no SET clause: the claims (firing.rs and
+-- claim_firings) inline it, and ask it only of a firing never claimed (token 0).
+CREATE FUNCTION rendezvous._firing_overlapped(task_id text, fire_at timestamptz) RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM rendezvous.tasks t
+         WHERE t.task_id OPERATOR(pg_catalog.=) _firing_overlapped.task_id
+           AND t.overlap OPERATOR(pg_catalog.=) 'skip'
+           AND EXISTS (SELECT 1 FROM rendezvous.firings f      -- firings_open
+                        WHERE f.task_id OPERATOR(pg_catalog.=) _firing_overlapped.task_id
+                          AND f.fire_at OPERATOR(pg_catalog.<) _firing_overlapped.fire_at
+                          AND f.completed_at IS NULL AND f.failed_at IS NULL))
+$$;
+COMMENT ON FUNCTION rendezvous._firing_overlapped(text, timestamptz) IS
+    'Whether a firing is skipped by its task''s overlap = skip policy: an earlier firing of the task is unfinished.';
+
+-- What a claim does with the due firings it was given that the overlap policy skips (made
+-- ahead, never claimed, an earlier firing of the task unfinished): each is finished as skipped
+-- (failed_at set with attempts 0, never claimable again, so no claim makes it anew) and counted
+-- in its task's skipped. Rows another session holds are passed over (it is claiming or
+-- skipping them). Returns how many were skipped.
+CREATE FUNCTION rendezvous._skip_overlapped(keys text[], now_ timestamptz) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    skipped_tasks text[];
+BEGIN
+    WITH skipped AS (
+        UPDATE rendezvous.firings f
+           SET failed_at = now_, lease_until = 'infinity',
+               last_error = 'skipped: an earlier firing of the task was unfinished (overlap = skip)'
+         WHERE f.firing_key IN (SELECT g.firing_key FROM rendezvous.firings g
+                                 WHERE g.firing_key = ANY (keys) AND g.token = 0 AND g.holder IS NULL
+                                   AND g.completed_at IS NULL AND g.failed_at IS NULL AND g.fire_at <= now_
+                                   AND rendezvous._firing_overlapped(g.task_id, g.fire_at)
+                                 ORDER BY g.firing_key
+                                   FOR UPDATE SKIP LOCKED)
+        RETURNING f.task_id
+    )
+    SELECT coalesce(array_agg(s.task_id), '{}') INTO skipped_tasks FROM skipped s;
+    IF cardinality(skipped_tasks) = 0 THEN
+        RETURN 0;
+    END IF;
+    -- Tasks locked in their order: two claims counting skips of the same tasks wait for each
+    -- other, never in a cycle.
+    PERFORM 1 FROM rendezvous.tasks t WHERE t.task_id = ANY (skipped_tasks) ORDER BY t.task_id FOR NO KEY UPDATE;
+    UPDATE rendezvous.tasks t
+       SET skipped = t.skipped + c.n, last_skipped_at = now_, last_skip_reason = 'overlap'
+      FROM (SELECT u.task_id, count(*) AS n FROM unnest(skipped_tasks) AS u(task_id) GROUP BY u.task_id) c
+     WHERE t.task_id = c.task_id;
+    RETURN cardinality(skipped_tasks);
+END
+$$;
+
 -- One row per call: without this the planner assumes 1,000 and, over a pass of many tasks,
 -- costs the statement high enough to JIT-compile it (a quarter of a second, every pass).
 ALTER FUNCTION rendezvous._plan_firings(text, text, text, interval, timestamptz, timestamptz, integer) ROWS 1;
 
--- How long before its fire time a firing of a task that allows overlap is made: at its fire
--- time the hosts only read and claim it (nothing to decide then: an earlier firing running or
--- not, it runs). Made ahead, it is claimable from its fire time (its lease_until), not before.
--- Tasks with overlap = 'skip' are made at their time: whether an earlier firing is still
--- unfinished is known only then.
+-- How long before its fire time a task's next firing is made: at its fire time the hosts only
+-- read and claim it. Made ahead, it is claimable from its fire time (its lease_until), not
+-- before. Whether an earlier firing of a task with overlap = 'skip' is still unfinished is
+-- known only at the fire time: the claim decides it (_skip_overlapped, firing.sql).
 CREATE FUNCTION rendezvous._made_ahead() RETURNS interval
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT interval '500 milliseconds' $$;
@@ -268,8 +323,7 @@ BEGIN
         -- so it stops every host's scheduling no longer (#24).
         FOR one IN
             SELECT t.task_id FROM rendezvous.tasks t
-             WHERE t.next_fire_at <= now_ + rendezvous._made_ahead()
-               AND (t.next_fire_at <= now_ OR t.overlap = 'allow') AND NOT t.paused AND t.plan_error IS NULL
+             WHERE t.next_fire_at <= now_ + rendezvous._made_ahead() AND NOT t.paused AND t.plan_error IS NULL
              ORDER BY t.next_fire_at LIMIT max_tasks
         LOOP
             BEGIN
@@ -287,8 +341,9 @@ $$;
 -- Makes the due firings of up to max_tasks tasks (of only that one, when given) whose fire
 -- time has come, in one statement; a task set aside with a plan error is passed over. Each
 -- task makes at most its share of max_firings (at least one), so a pass after a long gap
--- stays short however many tasks catch up. A task that allows overlap and fires within
--- _made_ahead() has that one fire time made now, planned as a poll at that instant would.
+-- stays short however many tasks catch up. A task that fires within _made_ahead() has that
+-- one fire time made now, planned as a poll at that instant would (under overlap = 'skip'
+-- without the overlap check: its claim takes that decision).
 CREATE FUNCTION rendezvous._make_task_firings(now_ timestamptz, max_tasks integer, only_task text,
                                               max_firings integer) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -298,8 +353,7 @@ BEGIN
     WITH due AS (
         SELECT t.task_id, t.schedule, t.time_zone, t.overlap, t.catch_up, t.catch_up_window, t.next_fire_at
           FROM rendezvous.tasks t
-         WHERE t.next_fire_at <= now_ + rendezvous._made_ahead()
-           AND (t.next_fire_at <= now_ OR t.overlap = 'allow') AND NOT t.paused AND t.plan_error IS NULL
+         WHERE t.next_fire_at <= now_ + rendezvous._made_ahead() AND NOT t.paused AND t.plan_error IS NULL
            AND (only_task IS NULL OR t.task_id = only_task)
          ORDER BY t.next_fire_at
          LIMIT max_tasks
@@ -308,8 +362,9 @@ BEGIN
         SELECT greatest(1, least(1000, max_firings / greatest(count(*), 1)))::integer AS per_task FROM due
     ), planned AS (
         SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
-               -- (Only the skip policy asks: the check costs an index probe a task.)
-               CASE WHEN d.overlap = 'allow' THEN false
+               -- (Only the skip policy asks, for fire times that came: the check costs an
+               -- index probe a task. A firing made ahead is decided when it is claimed.)
+               CASE WHEN d.overlap = 'allow' OR d.next_fire_at > now_ THEN false
                     ELSE EXISTS (SELECT 1 FROM rendezvous.firings f
                                   WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL)
                END AS busy
@@ -408,9 +463,9 @@ $$;
 COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
     'The firings of scheduled tasks that can be claimed now by the database clock (due, unfinished, no live lease, no retry pending, task not paused), those due less than a minute ago first, each part oldest first, after the catch-up and overlap policies: with when each became claimable (its fire time, or the end of the last lease or retry backoff), the attempts and failures so far, and its task''s lease.';
 
--- When something may next become claimable that is not claimable now: the earliest next fire
--- time of an active task (it may be past: firings still to be made; _made_ahead() before it
--- for a task that allows overlap, when its firing is made), or the end of a live lease, retry
+-- When something may next become claimable that is not claimable now: _made_ahead() before
+-- the earliest next fire time of an active task, when its firing is made (it may be past:
+-- firings still to be made), or the end of a live lease, retry
 -- backoff or a firing made ahead. A scheduler sleeps until then (firings already claimable are in
 -- due_firings, and their ranks tell each host when to try).
 CREATE FUNCTION rendezvous.next_due_at() RETURNS timestamptz
@@ -418,12 +473,8 @@ LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT min(x.at) FROM (
-        (SELECT t.next_fire_at AS at FROM rendezvous.tasks t
+        (SELECT t.next_fire_at - rendezvous._made_ahead() AS at FROM rendezvous.tasks t
           WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
-        UNION ALL
-        -- A task whose firings are made ahead: that much earlier.
-        (SELECT t.next_fire_at - rendezvous._made_ahead() FROM rendezvous.tasks t
-          WHERE NOT t.paused AND t.overlap = 'allow' AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
         UNION ALL
         (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
           WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
@@ -432,7 +483,7 @@ AS $$
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS
-    'The earliest instant something scheduled may become claimable that is not claimable now, or a firing is to be made: a task''s next fire time (past while its firings are being made; half a second before it for a task that allows overlap, whose firings are made ahead), or the end of a live lease, a retry backoff or the wait of a firing made ahead; NULL when nothing is scheduled.';
+    'The earliest instant something scheduled may become claimable that is not claimable now, or a firing is to be made: half a second before a task''s next fire time, when its firing is made ahead (past while its firings are being made), or the end of a live lease, a retry backoff or the wait of a firing made ahead; NULL when nothing is scheduled.';
 
 -- A failed attempt: retried after the task's backoff (doubling each time, at most an hour)
 -- until max_attempts failures, then failed for good (failed_at set, never claimed again). A

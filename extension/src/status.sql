@@ -23,6 +23,8 @@ COMMENT ON VIEW rendezvous.status_leaders IS
 CREATE VIEW rendezvous.status_firings AS
     SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
            CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
+                -- Finished without an attempt: skipped by the overlap policy when claimed.
+                WHEN f.failed_at IS NOT NULL AND f.attempts = 0 THEN 'skipped'
                 WHEN f.failed_at IS NOT NULL THEN 'failed'
                 WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
                 WHEN f.holder IS NULL THEN 'pending'
@@ -32,7 +34,7 @@ CREATE VIEW rendezvous.status_firings AS
            f.failures, f.failed_at, f.last_error
       FROM rendezvous.firings f;
 COMMENT ON VIEW rendezvous.status_firings IS
-    'Every firing: its holder, token and lease, and its state: pending (made, not claimed yet; claimable from lease_until, which a firing made ahead of its time reaches at fire_at), running, expired (lease over or holder session gone, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), completed.';
+    'Every firing: its holder, token and lease, and its state: pending (made, not claimed yet; claimable from lease_until, which a firing made ahead of its time reaches at fire_at), running, expired (lease over or holder session gone, uncompleted), retrying (an attempt failed; claimable again at lease_until), failed (for good), skipped (made ahead, then skipped by its task''s overlap policy when claimed: never run), completed.';
 
 CREATE VIEW rendezvous.status_tasks AS
     SELECT t.task_id, t.schedule, t.time_zone, t.paused, t.overlap, t.catch_up, t.next_fire_at,
@@ -59,7 +61,7 @@ CREATE VIEW rendezvous.status_tasks AS
            WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) open ON true
       LEFT JOIN LATERAL (
           SELECT count(*) AS failed FROM rendezvous.firings f
-           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL) bad ON true    -- firings_failed
+           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL AND f.attempts > 0) bad ON true    -- firings_failed
       LEFT JOIN LATERAL (
           SELECT f.fire_at, f.last_error FROM rendezvous.firings f
            WHERE f.task_id = t.task_id AND f.failures > 0                  -- firings_errors

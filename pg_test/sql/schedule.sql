@@ -89,7 +89,7 @@ SELECT rendezvous.unschedule_task('report') AS removed, rendezvous.unschedule_ta
 -- Nothing is due before its time.
 SELECT rendezvous.schedule_task('minutely', '* * * * *') IS NOT NULL AS scheduled;
 SELECT count(*) AS due_now FROM rendezvous.due_firings();
-SELECT rendezvous.next_due_at() = (SELECT next_fire_at FROM rendezvous.tasks WHERE task_id = 'minutely') AS next_due;
+SELECT rendezvous.next_due_at() = (SELECT next_fire_at - rendezvous._made_ahead() FROM rendezvous.tasks WHERE task_id = 'minutely') AS next_due;
 
 -- The whole fleet was down for ten hours (made so by moving the cursor back).
 -- catch_up = latest (the default): only the latest missed fire time runs; the others are counted as skipped.
@@ -263,9 +263,9 @@ SELECT rendezvous.schedule_task('poison', rendezvous.every('1 second'), catch_up
 SELECT plan_error FROM rendezvous.tasks WHERE task_id = 'poison';
 SELECT rendezvous.unschedule_task('healthy'), rendezvous.unschedule_task('poison');
 
--- Made ahead: a task that allows overlap has its next firing made up to _made_ahead() (half a
--- second) before its fire time, planned as a poll at that instant would; claimable from then,
--- not before. A task with overlap = 'skip' is made at its time. (Instants are given to
+-- Made ahead: every task has its next firing made up to _made_ahead() (half a second) before
+-- its fire time, planned as a poll at that instant would; claimable from then, not before. Under
+-- overlap = 'skip' ('on-time') its claim decides the overlap (below). (Instants are given to
 -- _make_task_firings, as a poll gives its clock; the fire time is half a minute away.)
 SELECT rendezvous._made_ahead();
 SELECT rendezvous.schedule_task('ahead', rendezvous.every('1 second'), overlap => 'allow') IS NOT NULL,
@@ -281,7 +281,7 @@ ROLLBACK;
 -- 0.6 s before: too early for either.
 SELECT rendezvous._make_task_firings((SELECT at FROM fire) - interval '0.6 s', 10, NULL, 100);
 SELECT count(*) AS made_too_early FROM rendezvous.firings WHERE task_id IN ('ahead', 'on-time');
--- 0.3 s before: the allowing task's firing is made, the other's not.
+-- 0.3 s before: both are made.
 SELECT rendezvous._make_task_firings((SELECT at FROM fire) - interval '0.3 s', 10, NULL, 100);
 SELECT f.task_id, f.fire_at = fire.at AS at_its_time, f.lease_until = fire.at AS claimable_from_then, f.holder, f.token
   FROM rendezvous.firings f, fire WHERE f.task_id IN ('ahead', 'on-time');
@@ -305,6 +305,48 @@ SELECT count(*) AS made_again FROM rendezvous.firings WHERE task_id = 'ahead';
 SELECT rendezvous.pause_task('ahead');
 SELECT count(*) AS made_after_pause FROM rendezvous.firings WHERE task_id = 'ahead';
 SELECT rendezvous.unschedule_task('ahead'), rendezvous.unschedule_task('on-time');
+DROP TABLE fire;
+
+-- Overlap = skip, decided when claimed (#42): a firing made ahead while the one before it still
+-- runs is skipped by the first claim that reaches it, through claim_firing or claim_firings:
+-- finished as skipped (never claimable again, so no claim makes it anew), counted in the task's
+-- skipped, and shown as skipped. Made ahead while nothing runs, it is claimed as usual.
+SELECT rendezvous.schedule_task('serial', rendezvous.every('1 second')) IS NOT NULL,
+       rendezvous.schedule_task('serial-too', rendezvous.every('1 second')) IS NOT NULL,
+       rendezvous.schedule_task('free', rendezvous.every('1 second')) IS NOT NULL;
+-- Fire times of one, two and three seconds ago: the first is claimed and runs.
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('second', clock_timestamp()) - interval '3 s', skipped = 0
+ WHERE task_id IN ('serial', 'serial-too', 'free');
+CREATE TEMP TABLE fire AS SELECT next_fire_at AS at FROM rendezvous.tasks WHERE task_id = 'serial';
+SELECT rendezvous._make_task_firings((SELECT at FROM fire), 10, NULL, 100);
+SELECT task_id, claimed, token FROM (VALUES ('serial'), ('serial-too')) v(task_id),
+       rendezvous.claim_firing(v.task_id, (SELECT at FROM fire), 'host-a', '1 hour') ORDER BY 1;
+-- The next fire time made ahead, as a poll half a second before it makes it (no overlap check:
+-- nothing is due yet); 'free' completes its first firing before its next is claimed.
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '0.7 s', 10, NULL, 100);
+SELECT task_id, fire_at - (SELECT at FROM fire) AS after_first, holder, token FROM rendezvous.firings
+ WHERE task_id IN ('serial', 'serial-too', 'free') AND token = 0 ORDER BY 1, 2;
+SELECT claimed FROM rendezvous.claim_firing('free', (SELECT at FROM fire), 'host-a');
+SELECT rendezvous.complete_firing('free', (SELECT at FROM fire),
+                                  (SELECT token FROM rendezvous.firings WHERE task_id = 'free' AND token > 0));
+-- At its time the claims decide: one through claim_firing, one through claim_firings.
+SELECT claimed, holder, token, completed, lease_until = 'infinity' AS never_claimable
+  FROM rendezvous.claim_firing('serial', (SELECT at FROM fire) + interval '1 s', 'host-b');
+SELECT ord, claimed, holder, token > 0 AS has_token, completed, lease_until = 'infinity' AS never_claimable
+  FROM rendezvous.claim_firings(ARRAY['serial-too', 'free'],
+                                ARRAY[(SELECT at FROM fire) + interval '1 s', (SELECT at FROM fire) + interval '1 s'],
+                                'host-b') ORDER BY ord;
+SELECT task_id, fire_at - (SELECT at FROM fire) AS after_first, state, attempts, last_error
+  FROM rendezvous.status_firings WHERE task_id IN ('serial', 'serial-too', 'free') ORDER BY 1, 2;
+SELECT task_id, skipped, last_skip_reason, running, failed FROM rendezvous.status_tasks
+ WHERE task_id IN ('serial', 'serial-too', 'free') ORDER BY 1;
+-- Skipped stays skipped: claimed again, by either call, it is not claimed and not made anew.
+SELECT claimed, holder, token FROM rendezvous.claim_firing('serial', (SELECT at FROM fire) + interval '1 s', 'host-c');
+SELECT count(*) AS claimed FROM rendezvous.claim_firings(ARRAY['serial'], ARRAY[(SELECT at FROM fire) + interval '1 s'], 'host-c')
+ WHERE claimed;
+SELECT count(*) AS due FROM rendezvous.due_firings() WHERE task_id IN ('serial', 'serial-too')
+   AND fire_at = (SELECT at FROM fire) + interval '1 s';
+SELECT rendezvous.unschedule_task('serial'), rendezvous.unschedule_task('serial-too'), rendezvous.unschedule_task('free');
 DROP TABLE fire;
 
 -- status_tasks' next few tasks read those tasks' history, not every task's: 200 tasks with 5

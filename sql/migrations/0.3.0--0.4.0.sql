@@ -66,3 +66,7 @@ ALTER TABLE rendezvous.runs ADD COLUMN holder_role oid;
 COMMENT ON COLUMN rendezvous.runs.holder_role IS
     'The login role of the session that claimed the run: only sessions of that role act on the claim (NULL: claimed before 0.4.0).';
 ALTER TABLE rendezvous.firings ADD COLUMN holder_role oid;
+
+-- Every task's next firing is made ahead now, overlap = 'skip' too (its claim decides the
+-- overlap, #42): tasks_due serves both of next_due_at's probes.
+DROP INDEX rendezvous.tasks_due_ahead;

@@ -1,7 +1,8 @@
 //! The scheduler through the client: cron tasks run once across hosts and never before they are
 //! due by the database clock, failures retried then failed for good, a burst claimed beyond the
 //! free slots, shutdown hands running and queued firings over, and a host whose backends are all
-//! terminated reconnects by itself.
+//! terminated reconnects by itself; a task under the default overlap policy never runs beside
+//! itself.
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -149,6 +150,79 @@ async fn a_seconds_cron_runs_once_per_fire_time_across_three_hosts_never_early()
     assert_eq!(completed, runs);
     let effects: i64 = client.query_one("SELECT count(*) FROM effects", &[]).await.unwrap().get(0);
     assert_eq!(effects, runs);
+}
+
+/// The default overlap policy (skip) with firings made ahead (#42): a per-second task whose
+/// handler takes 1.5 s never runs beside itself on three hosts; the fire times that came while
+/// it ran are skipped when claimed, counted, and shown as skipped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_skip_task_never_runs_beside_itself_and_counts_the_fire_times_it_skips() {
+    let db = TestDb::new("sched_skip").await;
+    db.connect()
+        .await
+        .batch_execute(
+            "CREATE TABLE spans (key text PRIMARY KEY, host text, started_at timestamptz DEFAULT clock_timestamp(),
+                                 ended_at timestamptz)",
+        )
+        .await
+        .unwrap();
+    let spec = TaskSpec::new("slow", "* * * * * *").with_lease(Duration::from_secs(10));
+    assert_eq!(spec.overlap, Overlap::Skip, "skip is the default");
+    let slow = |host: &'static str| {
+        move |mut job: Job| -> futures_like::BoxFut {
+            Box::pin(async move {
+                let key = job.key().to_owned();
+                job.client()
+                    .await?
+                    .execute("INSERT INTO spans (key, host) VALUES ($1, $2)", &[&key, &host])
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+                let tx = job.transaction().await?;
+                tx.execute("UPDATE spans SET ended_at = clock_timestamp() WHERE key = $1", &[&key]).await?;
+                tx.complete().await?;
+                Ok(())
+            })
+        }
+    };
+    let mut hosts = Vec::new();
+    for host in ["h1", "h2", "h3"] {
+        hosts.push(
+            Worker::builder(&db.url, host)
+                .options(quick())
+                .task(spec.clone(), slow(host))
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    for h in hosts {
+        h.shutdown(Duration::from_secs(5)).await.unwrap();
+    }
+    let client = db.connect().await;
+    let row = client
+        .query_one(
+            "SELECT (SELECT count(*) FROM spans WHERE ended_at IS NOT NULL),
+                    (SELECT count(*) FROM spans a JOIN spans b ON a.key < b.key
+                      WHERE a.started_at < coalesce(b.ended_at, 'infinity') AND b.started_at < coalesce(a.ended_at, 'infinity')),
+                    (SELECT count(*) FROM rendezvous.status_firings WHERE task_id = 'slow' AND state = 'skipped'),
+                    (SELECT count(*) FROM rendezvous.status_firings WHERE task_id = 'slow' AND state = 'completed'),
+                    (SELECT skipped FROM rendezvous.tasks WHERE task_id = 'slow')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (ran, overlapping, skipped_rows, completed, skipped): (i64, i64, i64, i64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    assert!(ran >= 2, "only {ran} runs of 1.5 s in 7 s");
+    assert_eq!(overlapping, 0, "two firings of a skip task ran at the same time");
+    assert_eq!(completed, ran, "a run that ended was not completed, or one completed without running");
+    // Each firing made ahead while another ran was skipped when claimed (and counted).
+    assert!(skipped_rows >= 1, "no fire time was skipped at its claim in 7 s of 1.5 s runs");
+    assert!(
+        skipped >= skipped_rows,
+        "skipped {skipped} counts fewer than the {skipped_rows} skipped firings"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
