@@ -1,6 +1,7 @@
 //! The scheduler, measured (not a test): side by side in one run,
 //! 1. 100 and 1,000 tasks firing every second on 4 `Worker` hosts with default options for
-//!    10 minutes: every firing exactly once, none claimed early, claim lateness against the due
+//!    10 minutes, under the task defaults (overlap skip) and with overlap allowed: every firing
+//!    exactly once, skips counted, none claimed early, claim lateness against the due
 //!    instant (database clock) overall and minute by minute (a backlog would show as a rising
 //!    p99), wasted claims, firings a second per host;
 //! 2. the cost of `schedule_task` and of an idle `due_firings` poll with 1k, 10k and 100k tasks
@@ -10,7 +11,8 @@
 //! Run: `scripts/bench.sh scheduler`, or
 //! `RENDEZVOUS_DATABASE_URL=… cargo bench -p rendezvous-client --bench scheduler`.
 //! `RENDEZVOUS_BENCH_SECONDS` sets the length of part 1 (default 600), `RENDEZVOUS_BENCH_LOADS`
-//! its loads (default "100 1000"), `RENDEZVOUS_BENCH_PARTS` the parts to run (default "1 2 3"),
+//! its loads (default "100 1000"), `RENDEZVOUS_BENCH_OVERLAPS` its overlap policies (default
+//! "skip allow"), `RENDEZVOUS_BENCH_PARTS` the parts to run (default "1 2 3"),
 //! `RENDEZVOUS_BENCH_CONCURRENCY` the hosts' `max_concurrent` (default: the default, 16).
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,17 +33,20 @@ fn numbers(var: &str, default: &str) -> Vec<usize> {
         .collect()
 }
 
-async fn fleet(url: &str, tasks: usize) {
+async fn fleet(url: &str, tasks: usize, overlap: Overlap) {
     let admin = rendezvous_client::connect(url).await.unwrap();
     admin.batch_execute("DELETE FROM rendezvous.firings; DELETE FROM rendezvous.tasks;").await.unwrap();
     let specs: Vec<TaskSpec> = (0..tasks)
-        // Every fire time runs (overlap allowed, nothing missed is skipped): exactly once is
-        // checked against the schedule itself.
+        // Under allow, every fire time runs (nothing missed is skipped): exactly once is checked
+        // against the schedule itself. Under skip, the task's defaults (what most users run):
+        // a fire time runs unless the one before it still runs, which a handler that returns
+        // at once never does, so every fire time should run too, and any skip is counted.
         .map(|i| {
-            TaskSpec::new(format!("bench-{i}"), "* * * * * *")
-                .with_lease(Duration::from_secs(30))
-                .with_overlap(Overlap::Allow)
-                .with_catch_up(CatchUp::All)
+            let spec = TaskSpec::new(format!("bench-{i}"), "* * * * * *");
+            match overlap {
+                Overlap::Allow => spec.with_overlap(Overlap::Allow).with_catch_up(CatchUp::All),
+                Overlap::Skip => spec,
+            }
         })
         .collect();
     for s in &specs {
@@ -83,7 +88,8 @@ async fn fleet(url: &str, tasks: usize) {
                     percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - fire_at)),
                     percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - fire_at)),
                     max(extract(epoch FROM claimed_at - fire_at))::float8,
-                    count(*) FILTER (WHERE attempts > 1)
+                    count(*) FILTER (WHERE attempts > 1),
+                    count(*) FILTER (WHERE failed_at IS NOT NULL AND attempts = 0)
                FROM rendezvous.firings WHERE fire_at >= $1 AND fire_at <= $2",
             &[&from, &until],
         )
@@ -109,15 +115,28 @@ async fn fleet(url: &str, tasks: usize) {
         )
         .await
         .unwrap();
-    let twice: i64 = row.get(6);
+    let (twice, skipped_at_claim): (i64, i64) = (row.get(6), row.get(7));
+    // Skipped when made (the late path): counted on the tasks, for the whole run.
+    let skipped_total: i64 = admin
+        .query_one("SELECT coalesce(sum(skipped), 0)::int8 FROM rendezvous.tasks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let policy = match overlap {
+        Overlap::Allow => "overlap allow, catch-up all",
+        Overlap::Skip => "the task defaults: overlap skip, catch-up latest",
+    };
     println!(
-        "\n### 1. {tasks} tasks every second on {HOSTS} Worker hosts for {} s (one process; default options)\n",
+        "\n### 1. {tasks} tasks every second on {HOSTS} Worker hosts for {} s (one process; default options; {policy})\n",
         seconds()
     );
     println!("| measure | value |\n|---|---:|");
     println!("| fire times due in the window ({tasks} tasks) | {expected} |");
     println!("| firings made | {firings} |");
     println!("| completed | {completed} |");
+    println!(
+        "| skipped by the overlap policy: at the claim (window) / in all (whole run, with the late path) | {skipped_at_claim} / {skipped_total} |"
+    );
     println!("| claimed more than once (takeovers) | {twice} |");
     println!("| claimed before due (database clock) | {early} |");
     println!(
@@ -292,8 +311,16 @@ async fn main() {
         .expect("set RENDEZVOUS_DATABASE_URL to a database with pg_rendezvous (scripts/bench.sh does)");
     let parts = numbers("RENDEZVOUS_BENCH_PARTS", "1 2 3");
     if parts.contains(&1) {
+        let overlaps = std::env::var("RENDEZVOUS_BENCH_OVERLAPS").unwrap_or_else(|_| "skip allow".to_owned());
         for tasks in numbers("RENDEZVOUS_BENCH_LOADS", "100 1000") {
-            fleet(&url, tasks).await;
+            for overlap in overlaps.split_whitespace() {
+                let overlap = match overlap {
+                    "skip" => Overlap::Skip,
+                    "allow" => Overlap::Allow,
+                    other => panic!("RENDEZVOUS_BENCH_OVERLAPS: skip or allow, not {other}"),
+                };
+                fleet(&url, tasks, overlap).await;
+            }
         }
     }
     if parts.contains(&2) {
