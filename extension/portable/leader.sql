@@ -27,6 +27,43 @@ BEGIN
 END
 $$;
 
+-- The entries the server's shared lock table is sized for: max_locks_per_transaction x
+-- (max_connections + background processes + max_prepared_transactions), from the settings (the
+-- native edition reads the server's own count of backends).
+CREATE FUNCTION rendezvous._lock_table_size() RETURNS bigint
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT current_setting('max_locks_per_transaction')::bigint
+           * (current_setting('max_connections')::bigint + current_setting('autovacuum_max_workers')::bigint + 1
+              + current_setting('max_worker_processes')::bigint + current_setting('max_wal_senders')::bigint
+              + current_setting('max_prepared_transactions')::bigint)
+$$;
+
+-- Whether a session that has just taken a group's lock must give it back: the shared lock
+-- table is at 3/4 of its size (leader.rs keep_only_under_guard: past it, the table grows into
+-- the spare shared memory a new session needs). Raises 53200 then, the lock given back.
+CREATE FUNCTION rendezvous._keep_only_under_guard(lock_id integer) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    in_use bigint;
+    entries bigint := rendezvous._lock_table_size();
+BEGIN
+    SELECT count(*) INTO in_use FROM pg_locks k WHERE NOT k.fastpath AND k.mode <> 'SIReadLock';
+    IF in_use * 4 < entries * 3 THEN
+        RETURN;
+    END IF;
+    PERFORM pg_advisory_unlock(rendezvous._leader_lock_key(), _keep_only_under_guard.lock_id);
+    RAISE EXCEPTION 'no new leader term while the server''s lock table is this full: % of its % entries are in use, and a new session needs some',
+        in_use, entries USING ERRCODE = '53200',
+        DETAIL = 'Groups led already keep their terms; a group without a leader gets one when entries are freed.',
+        HINT = format('The groups led at once (all sessions of the server together), plus the locks other work holds, must stay under 3/4 of max_locks_per_transaction (%s) x (max_connections + background processes + max_prepared_transactions) (%s): raise max_locks_per_transaction (a restart), or lead fewer groups',
+                      current_setting('max_locks_per_transaction'), entries);
+END
+$$;
+
 -- Records a holder's confirmation (and the term's lease), waiting for synchronous replication
 -- like any commit (synchronous_commit raised to on for this transaction).
 CREATE FUNCTION rendezvous._confirm_term(group_name text, lease interval) RETURNS void
@@ -174,8 +211,21 @@ BEGIN
     ELSIF NOT (pg_try_advisory_lock(key_, lock_id_)
                -- A holder silent past its lease loses its session, and with it the lock.
                OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_))) THEN
+        -- Someone holds the lock: the holder the group's record names while that backend lives
+        -- (not a read of pg_locks, which costs what every lock of the server does, #42), else
+        -- the lock manager's view (a term being recorded this instant, a holder just gone).
+        SELECT l.leader AS who, l.pid AS holder, l.epoch AS term INTO rec FROM rendezvous.leaders l
+         WHERE l.group_name = group_;
+        IF rec.who IS NOT NULL AND rec.holder IS NOT NULL
+           AND EXISTS (SELECT 1 FROM pg_stat_get_activity(rec.holder) a WHERE a.pid = rec.holder) THEN
+            RETURN QUERY SELECT false, rec.who, rec.term;
+            RETURN;
+        END IF;
         RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
         RETURN;
+    ELSE
+        -- Taken now: kept only while the lock table has room.
+        PERFORM rendezvous._keep_only_under_guard(lock_id_);
     END IF;
     new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
     IF lease_ IS NOT NULL THEN

@@ -341,10 +341,14 @@ pub(crate) fn lead_or_explain(
         .execute()
 }
 
-/// Raises 53200 for a full shared lock table, with its size and the sizing rule.
-fn lock_table_full() -> ! {
+/// The server's shared lock table: `max_locks_per_transaction` and the entries it is sized
+/// for, `max_locks_per_transaction x (max_connections + background processes +
+/// max_prepared_transactions)`, all the locks every session together can surely hold. Past
+/// that it grows into the server's spare shared memory, which a new session also needs: when
+/// that runs out, every new connection fails (`FATAL: out of shared memory`).
+fn lock_table() -> (i32, i64) {
     // SAFETY: plain integers set at server start; reading them does not touch the database
-    // (nothing may, until this aborted statement is rolled back).
+    // (nothing may in lock_table_full, until its aborted statement is rolled back).
     let (per_transaction, backends) = unsafe { (pg_sys::max_locks_per_xact, pg_sys::MaxBackends) };
     // SAFETY: a GUC lookup by a NUL-terminated name; the value is copied before anything else runs.
     let prepared = unsafe {
@@ -355,19 +359,76 @@ fn lock_table_full() -> ! {
             CStr::from_ptr(value).to_str().ok().and_then(|v| v.parse::<i32>().ok()).unwrap_or(0)
         }
     };
-    let entries = i64::from(per_transaction) * (i64::from(backends) + i64::from(prepared));
+    (per_transaction, i64::from(per_transaction) * (i64::from(backends) + i64::from(prepared)))
+}
+
+/// The entries the server's shared lock table is sized for (`lock_table`): what the leader
+/// guard and its test measure against.
+#[pg_extern(stable, parallel_safe, name = "_lock_table_size")]
+fn lock_table_size() -> i64 {
+    lock_table().1
+}
+
+/// The sizing rule, for the hints of both refusals.
+fn sizing_rule(per_transaction: i32, entries: i64) -> String {
+    format!(
+        "The groups led at once (all sessions of the server together), plus the locks other work holds, must \
+         stay under 3/4 of max_locks_per_transaction ({per_transaction}) x (max_connections + background \
+         processes + max_prepared_transactions) ({entries}): raise max_locks_per_transaction (a restart), or lead \
+         fewer groups"
+    )
+}
+
+/// Raises 53200 for a full shared lock table, with its size and the sizing rule.
+fn lock_table_full() -> ! {
+    let (per_transaction, entries) = lock_table();
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
         format!("the server's lock table is full: it has about {entries} entries, and each leader group held takes one"),
         "pg_rendezvous",
     )
-    .set_hint(format!(
-        "The groups led at once (all sessions together), plus the locks other work holds, must stay under \
-         max_locks_per_transaction ({per_transaction}) x (max_connections + background processes + \
-         max_prepared_transactions) ({entries}): raise max_locks_per_transaction (a restart), or lead fewer groups"
-    ))
+    .set_hint(sizing_rule(per_transaction, entries))
     .report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
+}
+
+/// A claim that has just taken a group's lock keeps it only while the shared lock table is
+/// under 3/4 of its size (#42): a server leading groups until its lock table overflowed into
+/// the spare shared memory refused every new connection, the operator's included, until the
+/// holders' sessions ended. Refused, the lock is given back and the claim fails with 53200
+/// (terms already held are confirmed as before; only taking a lock is refused). The count is
+/// of the shared table's entries in use, every session's, leader or not (fast-path locks live
+/// in their backends, not in it), read from the lock manager on this path only: a claim that
+/// wins, once a term.
+fn keep_only_under_guard(tag: &pg_sys::LOCKTAG) {
+    // SAFETY: GetLockStatusData takes the lock manager's partition locks in shared mode and
+    // copies every lock into an array palloc'd in the current memory context; `nelements` says
+    // how many were written, and the array is read only within this call.
+    let in_use = unsafe {
+        let data = pg_sys::GetLockStatusData();
+        let n = usize::try_from((*data).nelements).unwrap_or(0);
+        if n == 0 {
+            0
+        } else {
+            std::slice::from_raw_parts((*data).locks, n).iter().filter(|l| !l.fastpath).count() as i64
+        }
+    };
+    let (per_transaction, entries) = lock_table();
+    if in_use * 4 < entries * 3 {
+        return;
+    }
+    release(tag);
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+        format!(
+            "no new leader term while the server's lock table is this full: {in_use} of its {entries} entries are in \
+             use, and a new session needs some"
+        ),
+        "pg_rendezvous",
+    )
+    .set_detail("Groups led already keep their terms; a group without a leader gets one when entries are freed.")
+    .set_hint(sizing_rule(per_transaction, entries))
+    .report(PgLogLevel::ERROR);
 }
 
 fn lead(
@@ -446,6 +507,7 @@ fn lead(
         // Nothing between acquire() and this line can raise: if this transaction or the
         // savepoint we are in aborts from here on, the lock is given back with the record.
         release_on_abort(tag);
+        keep_only_under_guard(&tag);
         remember_taken(&group, tag);
         let epoch = record_new_term_or_retry(&group, &candidate, &tag);
         start_lease(&group, lease);

@@ -150,3 +150,26 @@ SELECT regress.err($$SELECT * FROM rendezvous.try_lead('waits', 'w', wait => tru
 SELECT is_leader FROM rendezvous.try_lead('waits', 'w', wait => false);
 SELECT rendezvous.resign('waits');
 DELETE FROM rendezvous.leaders;
+
+-- The lock-table guard (#42): a claim that would take a group's lock is refused (53200, the lock
+-- given back) while the server's shared lock table is at 3/4 of its size, so leader groups never
+-- fill it and new sessions keep connecting; a group led already keeps its term. Here this
+-- session's own advisory locks fill it that far.
+SELECT is_leader FROM rendezvous.try_lead('guard-held', 'c');
+SELECT count(pg_advisory_lock(1000000 + i)) > 0 AS filled
+  FROM generate_series(1, (rendezvous._lock_table_size() * 3 / 4)::integer) i;
+DO $$
+BEGIN
+    PERFORM rendezvous.try_lead('guard-new', 'c');
+    RAISE NOTICE 'not refused';
+EXCEPTION WHEN OTHERS THEN
+    RAISE NOTICE '% %', SQLSTATE, split_part(SQLERRM, ':', 1);
+END
+$$;
+SELECT count(*) AS lock_kept FROM rendezvous.leader_locks WHERE group_name = 'guard-new';
+SELECT is_leader FROM rendezvous.try_lead('guard-held', 'c');
+SELECT count(pg_advisory_unlock(1000000 + i)) > 0 AS emptied
+  FROM generate_series(1, (rendezvous._lock_table_size() * 3 / 4)::integer) i;
+SELECT is_leader FROM rendezvous.try_lead('guard-new', 'c');
+SELECT rendezvous.resign('guard-held'), rendezvous.resign('guard-new');
+DELETE FROM rendezvous.leaders;
