@@ -122,9 +122,10 @@ BEGIN
     SELECT l.pid INTO silent FROM rendezvous.leaders l
       JOIN rendezvous.leader_confirmations c ON c.group_name = l.group_name
      WHERE l.group_name = _end_silent_holder.group_name AND l.pid IS NOT NULL AND c.lease IS NOT NULL
-       AND greatest(c.confirmed_at, l.since) + c.lease + interval '1 second' < clock_timestamp()
-       AND rendezvous._leader_lock_held(_end_silent_holder.lock_id, l.pid);
-    IF silent IS NULL THEN
+       AND greatest(c.confirmed_at, l.since) + c.lease + interval '1 second' < clock_timestamp();
+    -- That backend holds the lock, by pg_locks: read only for a holder past its lease (every
+    -- follower's claim asks this first, #42).
+    IF silent IS NULL OR NOT rendezvous._leader_lock_held(_end_silent_holder.lock_id, silent) THEN
         RETURN false;
     END IF;
     RAISE WARNING 'ending the session of group "%"''s leader (pid %): it has not confirmed its term for longer than its lease plus 1 second',
@@ -187,33 +188,45 @@ BEGIN
     END IF;
     lock_id_ := rendezvous._leader_lock_id(group_);
     key_ := rendezvous._leader_lock_key();
-    IF rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) THEN
-        SELECT l.leader AS who, l.pid AS holder, l.epoch AS term,
-               CASE WHEN l.step_down_epoch = l.epoch THEN coalesce(l.step_down_reason, '') END AS step_down
-          INTO rec FROM rendezvous.leaders l WHERE l.group_name = group_;
-        IF rec.holder = pg_backend_pid() THEN
-            IF rec.who IS DISTINCT FROM candidate_ THEN
-                RAISE EXCEPTION 'this session already holds the lock of group "%" for candidate "%": leader claims need a dedicated session (a transaction-mode pooler such as pgbouncer shares one session between clients)',
-                    group_, coalesce(rec.who, '') USING ERRCODE = '55000';
-            END IF;
-            IF rec.step_down IS NOT NULL THEN
-                RAISE WARNING 'stepping down from group "%" (epoch %) at an operator''s request%', group_, rec.term,
-                    CASE WHEN rec.step_down = '' THEN '' ELSE ': ' || rec.step_down END;
-                PERFORM rendezvous._step_down_now(group_, lock_id_);
-                RETURN QUERY SELECT false, NULL::text, rec.term;
-                RETURN;
-            END IF;
-            PERFORM rendezvous._confirm_term(group_, lease_);
-            RETURN QUERY SELECT true, rec.who, rec.term;
+    SELECT l.leader AS who, l.pid AS holder, l.epoch AS term,
+           CASE WHEN l.step_down_epoch = l.epoch THEN coalesce(l.step_down_reason, '') END AS step_down
+      INTO rec FROM rendezvous.leaders l WHERE l.group_name = group_;
+    -- The holder's refresh: its record names this session and pg_locks agrees (a lock given back
+    -- with pg_advisory_unlock_all leaves the record behind). Only a holder reads pg_locks here:
+    -- a follower's claim does not (its cost grows with every lock of the server, #42).
+    IF rec.holder = pg_backend_pid() AND rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) THEN
+        IF rec.who IS DISTINCT FROM candidate_ THEN
+            RAISE EXCEPTION 'this session already holds the lock of group "%" for candidate "%": leader claims need a dedicated session (a transaction-mode pooler such as pgbouncer shares one session between clients)',
+                group_, coalesce(rec.who, '') USING ERRCODE = '55000';
+        END IF;
+        IF rec.step_down IS NOT NULL THEN
+            RAISE WARNING 'stepping down from group "%" (epoch %) at an operator''s request%', group_, rec.term,
+                CASE WHEN rec.step_down = '' THEN '' ELSE ': ' || rec.step_down END;
+            PERFORM rendezvous._step_down_now(group_, lock_id_);
+            RETURN QUERY SELECT false, NULL::text, rec.term;
             RETURN;
         END IF;
-        -- This session holds the lock but the record was rolled back: a new term below.
-    ELSIF NOT (pg_try_advisory_lock(key_, lock_id_)
-               -- A holder silent past its lease loses its session, and with it the lock.
-               OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_))) THEN
+        PERFORM rendezvous._confirm_term(group_, lease_);
+        RETURN QUERY SELECT true, rec.who, rec.term;
+        RETURN;
+    ELSIF pg_try_advisory_lock(key_, lock_id_)
+          -- A holder silent past its lease loses its session, and with it the lock.
+          OR (rendezvous._end_silent_holder(group_, lock_id_) AND pg_try_advisory_lock(key_, lock_id_)) THEN
+        -- Taken now; or taken again by this session, which held it under a record rolled back
+        -- since (a claim's transaction rolled back), and advisory locks stack: held twice then.
+        -- Once is given back; when that was the only hold (taken now), it is taken again, unless
+        -- another session took it in that instant (then that one leads).
+        PERFORM pg_advisory_unlock(key_, lock_id_);
+        IF NOT rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) AND NOT pg_try_advisory_lock(key_, lock_id_) THEN
+            RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
+            RETURN;
+        END IF;
+        -- Kept only while the lock table has room.
+        PERFORM rendezvous._keep_only_under_guard(lock_id_);
+    ELSE
         -- Someone holds the lock: the holder the group's record names while that backend lives
-        -- (not a read of pg_locks, which costs what every lock of the server does, #42), else
-        -- the lock manager's view (a term being recorded this instant, a holder just gone).
+        -- (not a read of pg_locks), else the lock manager's view (a term being recorded this
+        -- instant, a holder just gone).
         SELECT l.leader AS who, l.pid AS holder, l.epoch AS term INTO rec FROM rendezvous.leaders l
          WHERE l.group_name = group_;
         IF rec.who IS NOT NULL AND rec.holder IS NOT NULL
@@ -223,9 +236,6 @@ BEGIN
         END IF;
         RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
         RETURN;
-    ELSE
-        -- Taken now: kept only while the lock table has room.
-        PERFORM rendezvous._keep_only_under_guard(lock_id_);
     END IF;
     new_epoch := rendezvous._record_new_term(group_, candidate_, lock_id_);
     IF lease_ IS NOT NULL THEN

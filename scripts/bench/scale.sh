@@ -24,7 +24,9 @@
 # maximum of the 9, in milliseconds.
 # Leaders: a follower's try_lead (the lock held by another session) beside leader(), which
 # reads pg_locks, with SCALE_GROUPS groups held by one session: milliseconds of one call, the
-# mean over 200 calls in one session (a follower asks at every refresh).
+# mean over 200 calls in one session (a follower asks at every refresh); and a claim that takes
+# a new group's lock (counting the lock table's entries: the guard) with its resign, the mean
+# over 50. Natively, and in the portable edition when RENDEZVOUS_PORTABLE_SCRIPT names its script.
 # Retention: admissions (spawn_run at 200 a second from 4 clients) timed before, during and
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
@@ -227,34 +229,48 @@ if [[ $parts == *" retention "* ]]; then retention; fi
 if [[ $parts == *" claims "* ]]; then claims; fi
 
 # See "Leaders" above.
-leaders() {
-  echo
-  echo "| leader groups held | a follower's try_lead | leader() (reads pg_locks) |"
-  echo "|---|---|---|"
-  local holder=""
+leaders_in() { # URL EDITION: the leaders table of one database
+  local url=$1 edition=$2 holder=""
   for n in "${group_sizes[@]}"; do
     # One session takes every group's lock and keeps it (as leaders' sessions would).
-    PGAPPNAME=bench-leader-holder psql_ -c "SELECT count(*) FROM generate_series(1, $n) g, rendezvous.try_lead('lg-' || g, 'c')" \
+    PGAPPNAME=bench-leader-holder "$(pg_bindir)/psql" -X -q "$url" \
+      -c "SELECT count(*) FROM generate_series(1, $n) g, rendezvous.try_lead('lg-' || g, 'c')" \
       -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
     holder=$!
-    until [ "$(psql_ -At -c "SELECT count(*) FROM rendezvous.leader_locks WHERE granted AND group_name LIKE 'lg-%'")" -ge "$n" ]; do sleep 0.2; done
+    until [ "$("$(pg_bindir)/psql" -X -q -At "$url" -c "SELECT count(*) FROM rendezvous.leader_locks WHERE granted AND group_name LIKE 'lg-%'")" -ge "$n" ]; do sleep 0.2; done
     local figures
-    figures=$(psql_ -At -F ' ' <<SQL
+    figures=$("$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -At -F ' ' "$url" <<SQL
 CREATE FUNCTION pg_temp.ms_per(stmt text, calls integer) RETURNS numeric LANGUAGE plpgsql AS \$\$
 DECLARE started timestamptz := clock_timestamp();
 BEGIN
     FOR i IN 1..calls LOOP EXECUTE format(stmt, 'lg-' || (1 + i % $n)); END LOOP;
     RETURN round((extract(epoch FROM clock_timestamp() - started) * 1000 / calls)::numeric, 3);
 END \$\$;
-SELECT pg_temp.ms_per('SELECT rendezvous.try_lead(%L, ''f'')', 200), pg_temp.ms_per('SELECT rendezvous.leader(%L)', 200);
+SELECT pg_temp.ms_per('SELECT rendezvous.try_lead(%L, ''f'')', 200), pg_temp.ms_per('SELECT rendezvous.leader(%L)', 200),
+       pg_temp.ms_per('SELECT rendezvous.try_lead(''new-'' || %1\$L, ''w''), rendezvous.resign(''new-'' || %1\$L)', 50);
 SQL
 )
     # Its session ends (a killed psql would leave the server's sleeping session holding them).
-    psql_ -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench-leader-holder'" >/dev/null
+    "$(pg_bindir)/psql" -X -q "$url" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bench-leader-holder'" >/dev/null
     wait "$holder" 2>/dev/null || true
-    echo "| $(printf "%'d" "$n") | ${figures% *} ms | ${figures#* } ms |"
+    read -r follower leader won <<<"$figures"
+    echo "| $edition | $(printf "%'d" "$n") | $follower ms | $won ms | $leader ms |"
   done
-  psql_ -c "DELETE FROM rendezvous.leaders WHERE group_name LIKE 'lg-%'" >/dev/null
+  "$(pg_bindir)/psql" -X -q "$url" -c "DELETE FROM rendezvous.leaders WHERE group_name LIKE 'lg-%' OR group_name LIKE 'new-%'" >/dev/null
+}
+leaders() {
+  echo
+  echo "| edition | leader groups held | a follower's try_lead | a claim that takes a lock, and its resign | leader() (reads pg_locks) |"
+  echo "|---|---|---|---|---|"
+  leaders_in "$DATABASE_URL" native
+  # The portable edition, when its script is given (RENDEZVOUS_PORTABLE_SCRIPT), in a database of its own.
+  if [ -n "${RENDEZVOUS_PORTABLE_SCRIPT:-}" ]; then
+    psql_ -c "DROP DATABASE IF EXISTS bench_portable_leaders" -c "CREATE DATABASE bench_portable_leaders" >/dev/null
+    local url=${DATABASE_URL%/*}/bench_portable_leaders
+    "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" -f "$RENDEZVOUS_PORTABLE_SCRIPT" >/dev/null
+    leaders_in "$url" portable
+    psql_ -c "DROP DATABASE bench_portable_leaders" >/dev/null
+  fi
 }
 if [[ $parts == *" leaders "* ]]; then leaders; fi
 [[ $parts == *" status "* ]] || exit 0
