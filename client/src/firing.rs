@@ -267,7 +267,8 @@ pub struct FiringState {
     pub completed: bool,
     /// How long until it can be claimed: the live holder's lease left, or, never claimed, the
     /// time until it is due by the database clock. Zero when it can be claimed now (also when
-    /// its holder's session is gone).
+    /// its holder's session is gone); `Duration::MAX` when never again (failed for good, or
+    /// skipped by its task's overlap policy).
     pub claimable_in: Duration,
 }
 
@@ -282,7 +283,10 @@ pub async fn firing_states(client: &impl GenericClient, firings: &[&Firing]) -> 
         .map(|r| FiringState {
             claimed: r.get(0),
             completed: r.get(1),
-            claimable_in: Duration::try_from_secs_f64(r.get::<_, f64>(2)).unwrap_or_default(),
+            claimable_in: match r.get::<_, Option<f64>>(2) {
+                Some(secs) => Duration::try_from_secs_f64(secs).unwrap_or_default(),
+                None => Duration::MAX,
+            },
         })
         .collect())
 }

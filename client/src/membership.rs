@@ -1,4 +1,5 @@
 //! Membership: heartbeats on the database clock, the live set, and a background heartbeat.
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -42,13 +43,16 @@ pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> R
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// A host's view of the live set that it keeps between heartbeats and reads again only when
-/// the set changed: each [`refresh`](Self::refresh) costs the database two index probes while
-/// nothing changed (`rendezvous.live_members_since`), so a fleet of N hosts costs O(N) a
-/// heartbeat round, not O(N²) as reading the whole set each time does.
+/// A host's view of the live set that it keeps between heartbeats and brings up to date with
+/// what changed: each [`refresh`](Self::refresh) costs the database two index probes while
+/// nothing changed, and a read of the changes (hosts that joined, came back, changed weight,
+/// left or went silent) when something did (`rendezvous.live_members_delta`), so a fleet of N
+/// hosts costs O(N) a heartbeat round, not O(N²) as reading the whole set each time does, even
+/// while hosts come and go.
 ///
 /// With a staleness shorter than [`DEFAULT_STALENESS`], every refresh reads the whole set (a
-/// host coming back after a shorter silence changes no version).
+/// host coming back after a shorter silence changes no version); so does a view older than the
+/// changes the database keeps (10 minutes).
 ///
 /// ```no_run
 /// # async fn run() -> rendezvous_client::Result<()> {
@@ -69,30 +73,29 @@ pub struct LiveView {
     staleness: Duration,
     version: i64,
     read_at: SystemTime,
+    /// The live hosts and their weights, as the changes left them.
+    members: BTreeMap<String, f64>,
     hosts: HostSet,
 }
 
 impl LiveView {
     /// Reads the live set (hosts heard from within `staleness` of the database clock).
     pub async fn read(client: &impl GenericClient, staleness: Duration) -> Result<LiveView> {
-        let (version, read_at, hosts) = read_since(client, staleness, None).await?;
-        let hosts = hosts.expect("a first read returns the set");
-        Ok(LiveView { staleness, version, read_at, hosts })
+        let mut view = LiveView {
+            staleness,
+            version: 0,
+            read_at: SystemTime::UNIX_EPOCH,
+            members: BTreeMap::new(),
+            hosts: HostSet::new(Vec::<String>::new()),
+        };
+        view.update(client, None).await?;
+        Ok(view)
     }
 
-    /// Brings the view up to date; returns whether the set was read again (it may be the same).
+    /// Brings the view up to date; returns whether it changed (the set read again, or hosts
+    /// added, changed or removed).
     pub async fn refresh(&mut self, client: &impl GenericClient) -> Result<bool> {
-        let (version, read_at, hosts) =
-            read_since(client, self.staleness, Some((self.version, self.read_at))).await?;
-        self.version = version;
-        self.read_at = read_at;
-        match hosts {
-            Some(hosts) => {
-                self.hosts = hosts;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        self.update(client, Some((self.version, self.read_at))).await
     }
 
     /// The live hosts with their weights, for local HRW lookups.
@@ -109,28 +112,43 @@ impl LiveView {
     pub fn read_at(&self) -> SystemTime {
         self.read_at
     }
-}
 
-/// The set's version and read time, and the set if it may differ from the `known` view.
-async fn read_since(
-    client: &impl GenericClient,
-    staleness: Duration,
-    known: Option<(i64, SystemTime)>,
-) -> Result<(i64, SystemTime, Option<HostSet>)> {
-    let (version, read_at) = known.unzip();
-    let row =
-        sql::query_one(client, sql::LIVE_MEMBERS_SINCE, &[&staleness.as_secs_f64(), &version, &read_at])
-            .await?;
-    let changed: bool = row.get(2);
-    let hosts = if changed {
+    /// Reads what changed since `known` (the whole set when `None`, or when the database says
+    /// so) and applies it.
+    async fn update(
+        &mut self,
+        client: &impl GenericClient,
+        known: Option<(i64, SystemTime)>,
+    ) -> Result<bool> {
+        let (version, read_at) = known.unzip();
+        let row = sql::query_one(
+            client,
+            sql::LIVE_MEMBERS_DELTA,
+            &[&self.staleness.as_secs_f64(), &version, &read_at],
+        )
+        .await?;
+        let whole: bool = row.get(2);
         let ids: Vec<String> = row.get(3);
         let weights: Vec<f64> = row.get(4);
-        metrics::gauge!(signals::HOSTS_LIVE).set(ids.len() as f64);
-        Some(HostSet::weighted(ids.into_iter().zip(weights))?)
-    } else {
-        None
-    };
-    Ok((row.get(0), row.get(1), hosts))
+        let removed: Option<Vec<String>> = row.get(5);
+        let before = (whole || !ids.is_empty() || removed.as_ref().is_some_and(|r| !r.is_empty()))
+            .then(|| self.members.clone());
+        if whole {
+            self.members.clear();
+        }
+        for id in removed.unwrap_or_default() {
+            self.members.remove(&id);
+        }
+        self.members.extend(ids.into_iter().zip(weights));
+        self.version = row.get(0);
+        self.read_at = row.get(1);
+        let changed = before.is_some_and(|b| b != self.members);
+        if changed || known.is_none() {
+            self.hosts = HostSet::weighted(self.members.iter().map(|(id, w)| (id.as_str(), *w)))?;
+            metrics::gauge!(signals::HOSTS_LIVE).set(self.members.len() as f64);
+        }
+        Ok(changed)
+    }
 }
 
 /// The server's winner for `key` over the live set (10 s staleness); `None` if nobody is live.

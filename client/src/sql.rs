@@ -138,12 +138,13 @@ crate::sql_statements! {
     /// Live hosts with weights: `$1` staleness in seconds.
     LIVE_MEMBERS = "SELECT host_id, weight FROM rendezvous.live_members(pg_catalog.make_interval(secs => $1::float8))"
         (FLOAT8) -> ("host_id": TEXT, "weight": FLOAT8);
-    /// The live set if it changed since a kept view: `$1` staleness in seconds, `$2` the
+    /// What changed in the live set since a kept view: `$1` staleness in seconds, `$2` the
     /// view's version, `$3` its read time (NULLs: a first read).
-    LIVE_MEMBERS_SINCE = "SELECT version, read_at, changed, host_ids, weights
-       FROM rendezvous.live_members_since(pg_catalog.make_interval(secs => $1::float8), $2::int8, $3::timestamptz)"
+    LIVE_MEMBERS_DELTA = "SELECT version, read_at, whole, host_ids, weights, removed
+       FROM rendezvous.live_members_delta(pg_catalog.make_interval(secs => $1::float8), $2::int8, $3::timestamptz)"
         (FLOAT8, INT8, TIMESTAMPTZ)
-        -> ("version": INT8, "read_at": TIMESTAMPTZ, "changed": BOOL, "host_ids": TEXT_ARRAY, "weights": FLOAT8_ARRAY);
+        -> ("version": INT8, "read_at": TIMESTAMPTZ, "whole": BOOL, "host_ids": TEXT_ARRAY, "weights": FLOAT8_ARRAY,
+            "removed": TEXT_ARRAY);
     /// Server-side winner over the live set: `$1` key.
     WINNER_LIVE = "SELECT rendezvous.winner($1::text)"
         (TEXT) -> ("winner": TEXT);

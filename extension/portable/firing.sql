@@ -42,6 +42,9 @@ DECLARE
     first_token bigint;
     now_ timestamptz;
     result rendezvous.firing_claim;
+    undecided rendezvous.firing_claim;
+    refused boolean := false;
+    skipped integer;
 BEGIN
     PERFORM rendezvous._check_text('host_id', claim_firing.host_id, rendezvous._max_id_bytes());
     PERFORM rendezvous._check_lease(claim_firing.lease);
@@ -84,14 +87,24 @@ BEGIN
         -- Someone holds a live lease, or the firing is done, or its task's overlap policy skips
         -- it: then it is finished as skipped (the row is locked by us now; schedule.sql).
         -- A loser is not told the holder's token (#24).
-        PERFORM rendezvous._skip_overlapped(ARRAY[key], now_);
+        skipped := rendezvous._skip_overlapped(ARRAY[key], now_);
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f WHERE f.firing_key = key;
         IF FOUND THEN
+            -- Refused by the overlap policy but not skipped (its task's row was held): tried
+            -- again; after the last try, this answer stands.
+            IF skipped = 0 AND result.holder IS NULL AND NOT result.completed AND result.lease_until <= now_ THEN
+                undecided := result;
+                refused := true;
+                CONTINUE;
+            END IF;
             RETURN result;
         END IF;
         -- The row was deleted (purged) between the two statements: claim again.
     END LOOP;
+    IF refused THEN
+        RETURN undecided;
+    END IF;
     RAISE EXCEPTION 'could not claim %: it is being purged concurrently', key USING ERRCODE = '40001';
 END
 $$;

@@ -34,8 +34,15 @@ CREATE FUNCTION rendezvous._lock_table_size() RETURNS bigint
 LANGUAGE sql STABLE STRICT PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+    -- The autovacuum workers' slots and the special workers (the launcher; from 17 the
+    -- slot sync worker too), as each major counts its backends.
     SELECT current_setting('max_locks_per_transaction')::bigint
-           * (current_setting('max_connections')::bigint + current_setting('autovacuum_max_workers')::bigint + 1
+           * (current_setting('max_connections')::bigint
+              + CASE WHEN current_setting('server_version_num')::integer >= 180000
+                     THEN current_setting('autovacuum_worker_slots')::bigint + 2
+                     WHEN current_setting('server_version_num')::integer >= 170000
+                     THEN current_setting('autovacuum_max_workers')::bigint + 2
+                     ELSE current_setting('autovacuum_max_workers')::bigint + 1 END
               + current_setting('max_worker_processes')::bigint + current_setting('max_wal_senders')::bigint
               + current_setting('max_prepared_transactions')::bigint)
 $$;
@@ -217,12 +224,15 @@ BEGIN
         -- Once is given back; when that was the only hold (taken now), it is taken again, unless
         -- another session took it in that instant (then that one leads).
         PERFORM pg_advisory_unlock(key_, lock_id_);
-        IF NOT rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) AND NOT pg_try_advisory_lock(key_, lock_id_) THEN
+        IF rendezvous._leader_lock_held(lock_id_, pg_backend_pid()) THEN
+            NULL;   -- held before this call: no new entry in the lock table
+        ELSIF pg_try_advisory_lock(key_, lock_id_) THEN
+            -- Taken now: kept only while the lock table has room.
+            PERFORM rendezvous._keep_only_under_guard(lock_id_);
+        ELSE
             RETURN QUERY SELECT false, c.leader, coalesce(c.epoch, 0::bigint) FROM rendezvous.leader(group_) c;
             RETURN;
         END IF;
-        -- Kept only while the lock table has room.
-        PERFORM rendezvous._keep_only_under_guard(lock_id_);
     ELSE
         -- Someone holds the lock: the holder the group's record names while that backend lives
         -- (not a read of pg_locks), else the lock manager's view (a term being recorded this

@@ -263,7 +263,11 @@ unsafe fn claim(
         lease_until: row.get(3),
     };
     Spi::connect(|client| {
-        (0..5).find_map(|_attempt| {
+        // A firing the overlap policy refused that could not be skipped yet (its task's row was
+        // held: _skip_overlapped never waits for it) is tried again; after the last try, the
+        // loser's answer stands (not claimed, nobody holds it).
+        let mut undecided = None;
+        for _attempt in 0..5 {
             // SAFETY: every argument datum is of its statement's declared type (this function's
             // contract; `now` is a timestamptz, the first token a bigint).
             unsafe {
@@ -289,23 +293,25 @@ unsafe fn claim(
                 // authenticate, so only its holder should know it (#24).
                 if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
                     // Refused with nobody holding it, not completed: the overlap policy skips
-                    // it (or a retry's backoff is not over: then nothing is skipped). Skipped
-                    // now, the loser's answer is read again (no holder, never claimable).
+                    // it. Skipped now, the loser's answer is read again (no holder, never
+                    // claimable).
                     let unheld = row.get::<String>(1).is_none() && row.get::<bool>(2) == Some(false);
-                    if current && unheld {
-                        let skipped = FirstRow::of(SKIP.with(|p| p.run(client, &[Some(key), Some(now)])));
-                        if skipped.and_then(|r| r.get::<i32>(1)).unwrap_or(0) > 0 {
-                            if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
-                                return Some(loser(row));
-                            }
+                    if !(current && unheld) {
+                        return Some(loser(row));
+                    }
+                    let skipped = FirstRow::of(SKIP.with(|p| p.run(client, &[Some(key), Some(now)])));
+                    if skipped.and_then(|r| r.get::<i32>(1)).unwrap_or(0) > 0 {
+                        if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
+                            return Some(loser(row));
                         }
                     }
-                    return Some(loser(row));
+                    undecided = Some(loser(row));
+                    continue;
                 }
             }
             // The row was deleted (purged) between the two statements: claim again.
-            None
-        })
+        }
+        undecided
     })
 }
 

@@ -36,8 +36,11 @@ CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
 CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE completed_at IS NULL AND failed_at IS NULL;
 CREATE INDEX firings_open_lease ON rendezvous.firings (lease_until) WHERE completed_at IS NULL AND failed_at IS NULL;
 -- Failed firings and firings with errors, per task (0.3.0): the task status view counts and
--- shows them without reading a task's whole history; retention deletes failed ones.
-CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL;
+-- shows them without reading a task's whole history; retention deletes failed ones. Failed for
+-- good only (0.4.0): a firing skipped by its task's overlap policy is finished the same way
+-- without an attempt (schedule.sql), and has an index of its own, for retention.
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND attempts > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND attempts = 0;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
 
@@ -410,7 +413,10 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT u.i::integer, coalesce(f.token > 0, false), f.completed_at IS NOT NULL,
-               CASE WHEN f.holder IS NOT NULL AND f.completed_at IS NULL
+               -- Never again (failed for good, or skipped by the overlap policy: its lease
+               -- never ends): NULL.
+               CASE WHEN f.failed_at IS NOT NULL THEN NULL
+                    WHEN f.holder IS NOT NULL AND f.completed_at IS NULL
                          AND rendezvous._holder_gone(f.holder_pid, f.holder_started) THEN interval '0'
                     ELSE greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0') END
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
@@ -419,7 +425,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION rendezvous.firing_states(text[], timestamptz[]) IS
-    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease (none once the holder''s session is gone), or, never claimed, until fire_at (database clock). Claims nothing.';
+    'Per firing, in input order: whether it was ever claimed, whether it completed, and how long until it can be claimed: its lease (none once the holder''s session is gone), or, never claimed, until fire_at (database clock); NULL when never again (failed for good, or skipped by the overlap policy). Claims nothing.';
 
 -- An operator's way out of a stuck claim (a holder hung past reason with a long lease): ends
 -- the live lease now, so the next host takes the firing over with a new token, and the stuck

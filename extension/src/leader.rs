@@ -403,15 +403,22 @@ fn lock_table_full() -> ! {
 fn keep_only_under_guard(tag: &pg_sys::LOCKTAG) {
     // SAFETY: GetLockStatusData takes the lock manager's partition locks in shared mode and
     // copies every lock into an array palloc'd in the current memory context; `nelements` says
-    // how many were written, and the array is read only within this call.
+    // how many were written, the array is read only here, and both allocations are freed once
+    // counted.
     let in_use = unsafe {
         let data = pg_sys::GetLockStatusData();
         let n = usize::try_from((*data).nelements).unwrap_or(0);
-        if n == 0 {
+        let locks = (*data).locks;
+        let shared = if n == 0 {
             0
         } else {
-            std::slice::from_raw_parts((*data).locks, n).iter().filter(|l| !l.fastpath).count() as i64
+            std::slice::from_raw_parts(locks, n).iter().filter(|l| !l.fastpath).count()
+        };
+        if !locks.is_null() {
+            pg_sys::pfree(locks.cast());
         }
+        pg_sys::pfree(data.cast());
+        shared as i64
     };
     let (per_transaction, entries) = lock_table();
     if in_use * 4 < entries * 3 {

@@ -33,18 +33,43 @@ CREATE INDEX hosts_last_seen ON rendezvous.hosts (last_seen);
 CREATE TABLE rendezvous.membership_version (
     version bigint NOT NULL,
     one_row boolean PRIMARY KEY DEFAULT true,
-    CONSTRAINT membership_version_one_row CHECK (one_row)
+    CONSTRAINT membership_version_one_row CHECK (one_row),
+    -- (0.4.0, added last) The version after which every change is kept in membership_changes.
+    changes_from bigint NOT NULL
 );
 COMMENT ON TABLE rendezvous.membership_version IS 'The live set''s version, bumped by every join, return after silence, weight change and leave.';
+COMMENT ON COLUMN rendezvous.membership_version.changes_from IS
+    'Every change after this version is in membership_changes: a view kept from this version or later is brought up to date by its changes (live_members_delta).';
 -- Starts at the creation time in microseconds, not 0: a database restored from a dump (this
 -- row is not dumped) never shows a version a host kept from before.
-INSERT INTO rendezvous.membership_version (version)
-VALUES ((EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint);
+INSERT INTO rendezvous.membership_version (version, changes_from)
+SELECT v, v FROM (SELECT (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 1000000)::bigint AS v) now_;
+
+-- The changes behind each version (0.4.0, #42): which hosts a bump was about. A reader that
+-- kept its view at version v reads the hosts changed after v and those that went silent since,
+-- not the whole set (live_members_delta): a fleet where hosts come and go keeps its looks O(the
+-- changes), where re-reading the set on every change made each look O(the fleet). Kept for
+-- _membership_changes_kept(); an older view is read again whole. Not dumped, like the version.
+CREATE TABLE rendezvous.membership_changes (
+    version    bigint NOT NULL,
+    host_id    text NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+COMMENT ON TABLE rendezvous.membership_changes IS
+    'The hosts each bump of membership_version was about (a join, a return after silence, a weight change, a leave), kept for 10 minutes.';
+CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
+
+-- How long the changes are kept: a view older than this is read again whole.
+CREATE FUNCTION rendezvous._membership_changes_kept() RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT interval '10 minutes' $$;
 
 CREATE FUNCTION rendezvous._membership_changed() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v bigint;
 BEGIN
     -- After a DELETE, only when a row went (prune's empty steps change nothing). Nested: the
     -- transition table exists only for the DELETE trigger.
@@ -53,11 +78,41 @@ BEGIN
             RETURN NULL;
         END IF;
     END IF;
-    UPDATE rendezvous.membership_version SET version = version + 1;
+    -- The version row is locked from here to the commit: bumps, and so their changes, commit
+    -- in version order.
+    UPDATE rendezvous.membership_version m SET version = m.version + 1 RETURNING m.version INTO v;
+    IF TG_OP = 'TRUNCATE' THEN
+        -- Which hosts went is not known: every view is read again whole.
+        UPDATE rendezvous.membership_version m SET changes_from = v;
+        DELETE FROM rendezvous.membership_changes;
+        RETURN NULL;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO rendezvous.membership_changes (version, host_id) SELECT v, g.host_id FROM gone g;
+    ELSE
+        INSERT INTO rendezvous.membership_changes (version, host_id) VALUES (v, NEW.host_id);
+        IF TG_OP = 'UPDATE' THEN
+            IF OLD.host_id IS DISTINCT FROM NEW.host_id THEN
+                INSERT INTO rendezvous.membership_changes (version, host_id) VALUES (v, OLD.host_id);
+            END IF;
+        END IF;
+    END IF;
+    -- Now and then, the changes older than they are kept go, and views older than the oldest
+    -- change left are read again whole.
+    IF v % 256 = 0 THEN
+        WITH gone_changes AS (
+            DELETE FROM rendezvous.membership_changes c
+             WHERE c.version <= (SELECT max(o.version) FROM rendezvous.membership_changes o
+                                  WHERE o.changed_at < pg_catalog.clock_timestamp() - rendezvous._membership_changes_kept())
+            RETURNING c.version
+        )
+        UPDATE rendezvous.membership_version m
+           SET changes_from = greatest(m.changes_from, (SELECT max(g.version) FROM gone_changes g))
+         WHERE EXISTS (SELECT 1 FROM gone_changes);
+    END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION rendezvous._membership_changed() IS 'Trigger: bumps rendezvous.membership_version.';
+COMMENT ON FUNCTION rendezvous._membership_changed() IS 'Trigger: bumps rendezvous.membership_version and records which hosts the bump is about in rendezvous.membership_changes.';
 
 CREATE TRIGGER hosts_joined AFTER INSERT ON rendezvous.hosts
     FOR EACH ROW EXECUTE FUNCTION rendezvous._membership_changed();
@@ -182,3 +237,63 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.live_members_since(interval, bigint, timestamptz) IS
     'For a reader keeping its view of the live set: whether the set may have changed since a view read at known_read_at with known_version (NULLs: a first read), and if so the live hosts and weights, sorted; with the version and time to keep.';
+
+-- live_members_since's answer as a change to the reader's view (0.4.0, #42): when the set may
+-- have changed since the view read at known_read_at with known_version, the hosts to add or
+-- update (live now, changed after known_version: joined, came back, changed weight) with
+-- their weights, and the hosts to remove (changed and not live now: left; or gone silent in
+-- the window: their last_seen, which only moves forward, lies in (known_read_at - staleness,
+-- now - staleness]), each sorted; nothing when nothing changed (whole false, empty arrays).
+-- What it reads grows with the changes, not with the fleet. The whole set instead (whole true,
+-- removed NULL) for a first read (known_version or known_read_at NULL), a view older than the
+-- changes kept (membership_version.changes_from) or from another database, and a staleness
+-- shorter than default_staleness() (a return after a shorter silence is no change).
+CREATE FUNCTION rendezvous.live_members_delta(staleness interval, known_version bigint, known_read_at timestamptz)
+RETURNS TABLE (version bigint, read_at timestamptz, whole boolean, host_ids text[], weights double precision[],
+               removed text[])
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now_ts timestamptz := pg_catalog.clock_timestamp();
+    since bigint;
+BEGIN
+    PERFORM rendezvous._check_staleness(staleness);
+    -- The version first: every change up to it has committed (bumps take the version row's
+    -- lock until their commit), and a later one is read by the next call.
+    SELECT v.version, now_ts, v.changes_from INTO live_members_delta.version, live_members_delta.read_at, since
+      FROM rendezvous.membership_version v;
+    whole := known_version IS NULL OR known_read_at IS NULL OR known_version < since
+             OR known_version > live_members_delta.version
+             OR staleness < rendezvous.default_staleness() OR known_read_at > now_ts;
+    IF whole THEN
+        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
+               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
+          INTO host_ids, weights
+          FROM rendezvous.hosts h
+         WHERE h.last_seen > now_ts - staleness;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH touched AS (
+        -- Hosts changed after the view (membership_changes_version), then as they are now.
+        SELECT DISTINCT c.host_id FROM rendezvous.membership_changes c
+         WHERE c.version > known_version AND c.version <= live_members_delta.version
+        UNION
+        -- Hosts gone silent since the view was read (hosts_last_seen).
+        SELECT h.host_id FROM rendezvous.hosts h
+         WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
+    ), now_ AS (
+        SELECT t.host_id, h.weight, h.last_seen > now_ts - staleness AS live
+          FROM touched t LEFT JOIN rendezvous.hosts h ON h.host_id = t.host_id
+    )
+    SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
+           coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
+           coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live IS NOT TRUE), '{}')
+      INTO host_ids, weights, removed
+      FROM now_ n;
+    RETURN NEXT;
+END
+$$;
+COMMENT ON FUNCTION rendezvous.live_members_delta(interval, bigint, timestamptz) IS
+    'For a reader keeping its view of the live set: what changed since a view read at known_read_at with known_version: the hosts to add or update (sorted, with weights) and those to remove, read from the changes, not the whole set; or the whole set (whole true) for a first read, a view older than the changes kept (10 minutes) and a staleness shorter than the default. With the version and time to keep.';

@@ -57,6 +57,7 @@ ALTER FUNCTION rendezvous.leave(text) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_hosts(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_members(interval) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.live_members_since(interval, bigint, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION rendezvous.live_members_delta(interval, bigint, timestamptz) SECURITY DEFINER;
 ALTER FUNCTION rendezvous.winner(text) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.ranked(text, integer) SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 ALTER FUNCTION rendezvous.spawn_run(text, text, jsonb, text, integer, interval) SECURITY DEFINER;
@@ -89,7 +90,8 @@ REVOKE EXECUTE ON FUNCTION
 REVOKE EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval),
-    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.live_members_delta(interval, bigint, timestamptz),
+    rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),
@@ -104,7 +106,8 @@ REVOKE EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     rendezvous.heartbeat(text, double precision), rendezvous.leave(text), rendezvous.live_hosts(interval),
     rendezvous.live_members(interval),
-    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.winner(text), rendezvous.ranked(text, integer),
+    rendezvous.live_members_since(interval, bigint, timestamptz), rendezvous.live_members_delta(interval, bigint, timestamptz),
+    rendezvous.winner(text), rendezvous.ranked(text, integer),
     rendezvous.spawn_run(text, text, jsonb, text, integer, interval),
     rendezvous.try_lead(text, text, boolean, interval), rendezvous.resign(text), rendezvous.leader(text),
     rendezvous.assert_leader(text, bigint),

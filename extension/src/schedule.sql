@@ -255,38 +255,46 @@ COMMENT ON FUNCTION rendezvous._firing_overlapped(text, timestamptz) IS
 -- ahead, never claimed, an earlier firing of the task unfinished): each is finished as skipped
 -- (failed_at set with attempts 0, never claimable again, so no claim makes it anew) and counted
 -- in its task's skipped. Rows another session holds are passed over (it is claiming or
--- skipping them). Returns how many were skipped.
+-- skipping them), and so are the firings of a task another session holds. Returns how many
+-- were skipped.
 CREATE FUNCTION rendezvous._skip_overlapped(keys text[], now_ timestamptz) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    skipped_tasks text[];
+    n integer;
 BEGIN
-    WITH skipped AS (
+    -- The tasks are locked without waiting, as the firings are: a claim holds its firings'
+    -- rows, and a task's row may be held by a pass making firings or a call changing the task
+    -- (which may wait for those firings). A firing whose task is locked is left as it is: not
+    -- claimed now, and decided by the next claim that reaches it.
+    WITH candidates AS (
+        SELECT g.firing_key, g.task_id FROM rendezvous.firings g
+         WHERE g.firing_key = ANY (keys) AND g.token = 0 AND g.holder IS NULL
+           AND g.completed_at IS NULL AND g.failed_at IS NULL AND g.fire_at <= now_
+           AND rendezvous._firing_overlapped(g.task_id, g.fire_at)
+         ORDER BY g.firing_key
+           FOR UPDATE SKIP LOCKED
+    ), counted AS (
+        SELECT t.task_id FROM rendezvous.tasks t
+         WHERE t.task_id IN (SELECT c.task_id FROM candidates c)
+         ORDER BY t.task_id
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), skipped AS (
         UPDATE rendezvous.firings f
            SET failed_at = now_, lease_until = 'infinity',
                last_error = 'skipped: an earlier firing of the task was unfinished (overlap = skip)'
-         WHERE f.firing_key IN (SELECT g.firing_key FROM rendezvous.firings g
-                                 WHERE g.firing_key = ANY (keys) AND g.token = 0 AND g.holder IS NULL
-                                   AND g.completed_at IS NULL AND g.failed_at IS NULL AND g.fire_at <= now_
-                                   AND rendezvous._firing_overlapped(g.task_id, g.fire_at)
-                                 ORDER BY g.firing_key
-                                   FOR UPDATE SKIP LOCKED)
+          FROM candidates c
+         WHERE f.firing_key = c.firing_key AND c.task_id IN (SELECT k.task_id FROM counted k)
         RETURNING f.task_id
+    ), recorded AS (
+        UPDATE rendezvous.tasks t
+           SET skipped = t.skipped + s.n, last_skipped_at = now_, last_skip_reason = 'overlap'
+          FROM (SELECT k.task_id, count(*) AS n FROM skipped k GROUP BY k.task_id) s
+         WHERE t.task_id = s.task_id
     )
-    SELECT coalesce(array_agg(s.task_id), '{}') INTO skipped_tasks FROM skipped s;
-    IF cardinality(skipped_tasks) = 0 THEN
-        RETURN 0;
-    END IF;
-    -- Tasks locked in their order: two claims counting skips of the same tasks wait for each
-    -- other, never in a cycle.
-    PERFORM 1 FROM rendezvous.tasks t WHERE t.task_id = ANY (skipped_tasks) ORDER BY t.task_id FOR NO KEY UPDATE;
-    UPDATE rendezvous.tasks t
-       SET skipped = t.skipped + c.n, last_skipped_at = now_, last_skip_reason = 'overlap'
-      FROM (SELECT u.task_id, count(*) AS n FROM unnest(skipped_tasks) AS u(task_id) GROUP BY u.task_id) c
-     WHERE t.task_id = c.task_id;
-    RETURN cardinality(skipped_tasks);
+    SELECT count(*)::integer INTO n FROM skipped;
+    RETURN n;
 END
 $$;
 
@@ -362,9 +370,16 @@ BEGIN
         SELECT greatest(1, least(1000, max_firings / greatest(count(*), 1)))::integer AS per_task FROM due
     ), planned AS (
         SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
-               -- (Only the skip policy asks, for fire times that came: the check costs an
-               -- index probe a task. A firing made ahead is decided when it is claimed.)
-               CASE WHEN d.overlap = 'allow' OR d.next_fire_at > now_ THEN false
+               -- (Only the skip policy asks: the check costs an index probe a task.) A fire
+               -- time that came: any unfinished firing makes it wait. One made ahead is decided
+               -- when it is claimed, unless an earlier firing is due and nobody claimed it (no
+               -- host takes the task, or none has a free slot): then it is skipped now, so such
+               -- a task keeps one pending firing, not one more every fire time.
+               CASE WHEN d.overlap = 'allow' THEN false
+                    WHEN d.next_fire_at > now_ THEN EXISTS (
+                        SELECT 1 FROM rendezvous.firings f
+                         WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL
+                           AND f.token = 0 AND f.fire_at <= now_)
                     ELSE EXISTS (SELECT 1 FROM rendezvous.firings f
                                   WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL)
                END AS busy

@@ -104,6 +104,59 @@ SELECT s.changed FROM view, rendezvous.live_members_since('10 s', view.version, 
 SELECT regress.err($$SELECT * FROM rendezvous.live_members_since(NULL, NULL, NULL)$$);
 SELECT regress.err($$SELECT * FROM rendezvous.live_members_since('0 s', NULL, NULL)$$);
 
+-- live_members_delta (#42): the same questions answered as a change to the view: the whole set
+-- on a first read; then the hosts to add or update and those to remove, from the changes alone.
+DELETE FROM rendezvous.hosts;
+SELECT rendezvous.heartbeat('d1') IS NOT NULL, rendezvous.heartbeat('d2', 2) IS NOT NULL;
+CREATE TEMP TABLE dview AS SELECT * FROM rendezvous.live_members_delta('10 s', NULL, NULL);
+SELECT whole, host_ids, weights, removed FROM dview;
+CREATE FUNCTION pg_temp.delta() RETURNS TABLE (whole boolean, host_ids text[], weights double precision[], removed text[])
+LANGUAGE sql AS $$
+    WITH d AS (SELECT s.* FROM dview, rendezvous.live_members_delta('10 s', dview.version, dview.read_at) s),
+         kept AS (UPDATE dview SET version = d.version, read_at = d.read_at FROM d RETURNING 1)
+    SELECT d.whole, d.host_ids, d.weights, d.removed FROM d
+$$;
+SELECT * FROM pg_temp.delta() AS nothing_changed;
+SELECT rendezvous.heartbeat('d3') IS NOT NULL AS joined, rendezvous.heartbeat('d1', 3) IS NOT NULL AS heavier;
+SELECT * FROM pg_temp.delta() AS joined_and_heavier;
+SELECT rendezvous.heartbeat('d1', 3) IS NOT NULL AS plain_heartbeat;
+SELECT * FROM pg_temp.delta() AS nothing_again;
+SELECT rendezvous.leave('d2') AS left;
+SELECT * FROM pg_temp.delta() AS one_left;
+-- A host of the view falls silent: 9.8 s after its last heartbeat (aged behind the triggers'
+-- back, as above), then 0.3 s pass.
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '9.8 s' WHERE host_id = 'd3';
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+SELECT pg_sleep(0.3);
+SELECT * FROM pg_temp.delta() AS gone_silent;
+SELECT rendezvous.heartbeat('d3') IS NOT NULL AS back;
+SELECT * FROM pg_temp.delta() AS came_back;
+-- Hosts that come and go in one statement share one version; a view from before the changes
+-- kept, from another database, a shorter staleness and a read from the future get the set.
+DELETE FROM rendezvous.hosts WHERE host_id IN ('d1', 'd3');
+SELECT * FROM pg_temp.delta() AS both_left;
+SELECT rendezvous.heartbeat('d4') IS NOT NULL AS joined;
+SELECT s.whole, s.host_ids FROM dview, rendezvous.live_members_delta('10 s', dview.version - 1000000000, dview.read_at) s;
+SELECT s.whole, s.host_ids FROM dview, rendezvous.live_members_delta('10 s', dview.version + 1000, dview.read_at) s;
+SELECT s.whole FROM dview, rendezvous.live_members_delta('5 s', dview.version, dview.read_at) s;
+SELECT s.whole FROM dview, rendezvous.live_members_delta('10 s', dview.version, dview.read_at + interval '1 h') s;
+-- A TRUNCATE says nothing of who went: every kept view reads the set again.
+BEGIN;
+TRUNCATE rendezvous.hosts;
+SELECT s.whole, s.host_ids FROM dview, rendezvous.live_members_delta('10 s', dview.version, dview.read_at) s;
+ROLLBACK;
+-- Changes older than they are kept go (every 256th bump), and views from before them are read whole.
+UPDATE rendezvous.membership_changes SET changed_at = changed_at - interval '1 hour';
+UPDATE rendezvous.membership_version SET version = version + 255 - version % 256;
+SELECT rendezvous.heartbeat('d5') IS NOT NULL AS the_256th;
+SELECT count(*) AS changes_left,
+       (SELECT m.changes_from > d.version FROM rendezvous.membership_version m, dview d) AS view_too_old
+  FROM rendezvous.membership_changes;
+SELECT s.whole, s.host_ids FROM dview, rendezvous.live_members_delta('10 s', dview.version, dview.read_at) s;
+SELECT regress.err($$SELECT * FROM rendezvous.live_members_delta(NULL, NULL, NULL)$$);
+DROP TABLE dview;
+
 -- winner(key) and ranked(key, k) over the live set read it once per statement: a thousand
 -- keys, one scan of the hosts table, and the same answers as the array forms.
 SELECT rendezvous.heartbeat('m' || g, g) IS NOT NULL AS joined FROM generate_series(5, 9) g LIMIT 1;

@@ -94,8 +94,11 @@ EXPLAIN (COSTS OFF) SELECT run_id FROM rendezvous.runs
 EXPLAIN (COSTS OFF) SELECT firing_key, state FROM rendezvous.status_firings
  WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 20;
 EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10;
--- A task's failed firings and its latest error.
-EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret' AND failed_at IS NOT NULL;
+-- A task's failed firings (failed for good: attempts made) and its latest error; retention's
+-- batches of firings skipped by the overlap policy (finished without an attempt).
+EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret' AND failed_at IS NOT NULL AND attempts > 0;
+EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE failed_at < now() - interval '1 day' AND attempts = 0
+ ORDER BY failed_at LIMIT 1000;
 EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE task_id = 'ret' AND failures > 0 ORDER BY fire_at DESC LIMIT 1;
 -- The scheduler's earliest unfinished firing and earliest lease.
 EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 100;

@@ -89,7 +89,11 @@ SELECT rendezvous.unschedule_task('report') AS removed, rendezvous.unschedule_ta
 -- Nothing is due before its time.
 SELECT rendezvous.schedule_task('minutely', '* * * * *') IS NOT NULL AS scheduled;
 SELECT count(*) AS due_now FROM rendezvous.due_firings();
-SELECT rendezvous.next_due_at() = (SELECT next_fire_at - rendezvous._made_ahead() FROM rendezvous.tasks WHERE task_id = 'minutely') AS next_due;
+-- The next wake-up: half a second before the next fire time, when its firing is made (or, made
+-- already by a poll in that half second, when it becomes claimable).
+SELECT rendezvous.next_due_at() = least((SELECT next_fire_at - rendezvous._made_ahead() FROM rendezvous.tasks WHERE task_id = 'minutely'),
+                                        (SELECT min(lease_until) FROM rendezvous.firings WHERE task_id = 'minutely'))
+       AS next_due;
 
 -- The whole fleet was down for ten hours (made so by moving the cursor back).
 -- catch_up = latest (the default): only the latest missed fire time runs; the others are counted as skipped.
@@ -321,14 +325,14 @@ CREATE TEMP TABLE fire AS SELECT next_fire_at AS at FROM rendezvous.tasks WHERE 
 SELECT rendezvous._make_task_firings((SELECT at FROM fire), 10, NULL, 100);
 SELECT task_id, claimed, token FROM (VALUES ('serial'), ('serial-too')) v(task_id),
        rendezvous.claim_firing(v.task_id, (SELECT at FROM fire), 'host-a', '1 hour') ORDER BY 1;
--- The next fire time made ahead, as a poll half a second before it makes it (no overlap check:
--- nothing is due yet); 'free' completes its first firing before its next is claimed.
-SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '0.7 s', 10, NULL, 100);
-SELECT task_id, fire_at - (SELECT at FROM fire) AS after_first, holder, token FROM rendezvous.firings
- WHERE task_id IN ('serial', 'serial-too', 'free') AND token = 0 ORDER BY 1, 2;
+-- 'free' runs its first firing to completion; then the next fire time is made ahead, as a poll
+-- half a second before it makes it (the overlap is left to the claim).
 SELECT claimed FROM rendezvous.claim_firing('free', (SELECT at FROM fire), 'host-a');
 SELECT rendezvous.complete_firing('free', (SELECT at FROM fire),
                                   (SELECT token FROM rendezvous.firings WHERE task_id = 'free' AND token > 0));
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '0.7 s', 10, NULL, 100);
+SELECT task_id, fire_at - (SELECT at FROM fire) AS after_first, holder, token FROM rendezvous.firings
+ WHERE task_id IN ('serial', 'serial-too', 'free') AND token = 0 ORDER BY 1, 2;
 -- At its time the claims decide: one through claim_firing, one through claim_firings.
 SELECT claimed, holder, token, completed, lease_until = 'infinity' AS never_claimable
   FROM rendezvous.claim_firing('serial', (SELECT at FROM fire) + interval '1 s', 'host-b');
@@ -346,7 +350,25 @@ SELECT count(*) AS claimed FROM rendezvous.claim_firings(ARRAY['serial'], ARRAY[
  WHERE claimed;
 SELECT count(*) AS due FROM rendezvous.due_firings() WHERE task_id IN ('serial', 'serial-too')
    AND fire_at = (SELECT at FROM fire) + interval '1 s';
+-- A read of where it stands: never claimable again (NULL), as a firing failed for good.
+SELECT claimed, completed, lease_remaining FROM rendezvous.firing_states(ARRAY['serial'], ARRAY[(SELECT at FROM fire) + interval '1 s']);
 SELECT rendezvous.unschedule_task('serial'), rendezvous.unschedule_task('serial-too'), rendezvous.unschedule_task('free');
+DROP TABLE fire;
+-- Nobody claims a task's firings (no host takes it, or none has a free slot): under
+-- overlap = 'skip' the task keeps one pending firing, the next fire times skipped as they are
+-- made, not one more pending firing every fire time.
+SELECT rendezvous.schedule_task('unclaimed', rendezvous.every('1 second')) IS NOT NULL;
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('second', clock_timestamp()) - interval '3 s', skipped = 0
+ WHERE task_id = 'unclaimed';
+CREATE TEMP TABLE fire AS SELECT next_fire_at AS at FROM rendezvous.tasks WHERE task_id = 'unclaimed';
+SELECT rendezvous._make_task_firings((SELECT at FROM fire), 10, 'unclaimed', 100);
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '0.7 s', 10, 'unclaimed', 100);
+SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '1.7 s', 10, 'unclaimed', 100);
+SELECT count(*) AS pending, min(fire_at) = (SELECT at FROM fire) AS the_first,
+       (SELECT skipped FROM rendezvous.tasks WHERE task_id = 'unclaimed') AS skipped,
+       (SELECT next_fire_at - (SELECT at FROM fire) FROM rendezvous.tasks WHERE task_id = 'unclaimed') AS next_after
+  FROM rendezvous.firings WHERE task_id = 'unclaimed';
+SELECT rendezvous.unschedule_task('unclaimed');
 DROP TABLE fire;
 
 -- status_tasks' next few tasks read those tasks' history, not every task's: 200 tasks with 5

@@ -8,13 +8,17 @@
 #   SCALE_FIRINGS="0 1000000 10000000"  firings (and as many runs) to grow to
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
+#   SCALE_CHURN="0 0.5"                 % of their ticks on which those hosts return after a silence
 #   SCALE_PARTS="status membership retention claims leaders"  which parts to run
 #   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 # Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
 # hosts / 2 transactions a second for 30 s, 8 clients each going round its eighth of the hosts,
-# so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time)
-# and as a LiveView does (live_members_since); the database's CPU and the ticks served.
+# so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time), as
+# 0.3.0's LiveView did (live_members_since: the whole set again on any change) and as a
+# LiveView does now (live_members_delta: the changes); each client keeps its view for a
+# heartbeat round, as old as a host's is at its next look; with SCALE_CHURN % of ticks a
+# return after a silence. The database's CPU and the ticks served.
 # Claims: claim_runs by a live host that ranks late for nearly every run (one of N live hosts),
 # and by a host that is not live, with P fresh pending runs; then with 10,000 runs running
 # (held by a live session) and none runnable. A host calls claim_runs again and again on one
@@ -40,6 +44,7 @@ firings_sizes=(${SCALE_FIRINGS:-0 1000000 10000000})
 host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
+churn_rates=(${SCALE_CHURN:-0 0.5})
 parts=" ${SCALE_PARTS:-status membership retention claims leaders} "
 claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
 claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
@@ -59,47 +64,69 @@ server_cpu() {
 }
 
 membership() {
-  local tx=$RENDEZVOUS_CLUSTER_DIR/tick_old.sql tx_new=$RENDEZVOUS_CLUSTER_DIR/tick_new.sql
-  cat >"$tx" <<'SQL'
+  local tx=$RENDEZVOUS_CLUSTER_DIR/tick_old.sql
+  # Each simulated host returns after a silence on churn % of its ticks (its last heartbeat
+  # aged past the staleness first: a change every reader must learn), and each pgbench client
+  # keeps its view for a heartbeat round (2 s: 1,250 of its ticks at hosts / 2 ticks a second
+  # over 8 clients... rounded to its own count below), as a real host's view is that old at
+  # its next look.
+  local churn_step='\set r random(1, 10000)
+\if :r <= :churn100
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '"'"'11 s'"'"' WHERE host_id = '"'"'host-'"'"' || :id;
+\endif
+SELECT rendezvous.heartbeat('"'"'host-'"'"' || :id);'
+  cat >"$tx" <<SQL
 \set i :i + 1
 \set id 1 + (:i * 8 + :client_id) % :hosts
-SELECT rendezvous.heartbeat('host-' || :id);
+$churn_step
 SELECT count(*) FROM rendezvous.live_members();
 SQL
-  cat >"$tx_new" <<'SQL'
+  local way fn
+  for way in since delta; do
+    fn=live_members_$way
+    cat >"$RENDEZVOUS_CLUSTER_DIR/tick_$way.sql" <<SQL
 \set i :i + 1
 \set id 1 + (:i * 8 + :client_id) % :hosts
-SELECT rendezvous.heartbeat('host-' || :id);
-SELECT version, read_at, changed FROM rendezvous.live_members_since('10 s', :version, :read_at::timestamptz) \gset
+$churn_step
+\if :i % :round = 1
+SELECT version, read_at FROM rendezvous.$fn('10 s', NULL, NULL) \gset
+\else
+SELECT version AS seen FROM rendezvous.$fn('10 s', :version, :read_at::timestamptz);
+\endif
 SQL
+  done
   echo
-  echo "| simulated Scheduler hosts (a look every 2 s) | way | ticks/s asked / served | late > 1 s | latency average | server CPU (cores) |"
-  echo "|---:|---|---:|---:|---:|---:|"
+  echo "| simulated Scheduler hosts (a look every 2 s) | hosts returning after a silence | way | ticks/s asked / served | late > 1 s | latency average | server CPU (cores) |"
+  echo "|---:|---:|---|---:|---:|---:|---:|"
   for n in "${fleet_sizes[@]}"; do
-    for way in old new; do
-      # Every host live at the start (a way that fell behind leaves hosts silent, and their
-      # return would be a change for the next).
-      psql_ -c "DELETE FROM rendezvous.hosts" -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
-            -c "VACUUM rendezvous.hosts, rendezvous.membership_version" >/dev/null
-      local script=$tx rate=$((n / 2)) before after out
-      [ $way = new ] && script=$tx_new
-      before=$(server_cpu)
-      out=$("$(pg_bindir)/pgbench" -n -M prepared -c 8 -j 2 -T 30 -R "$rate" -D hosts="$n" -D i=0 -D version=0 \
-              -D read_at=2000-01-01 -f "$script" --latency-limit=1000 "$DATABASE_URL" 2>&1 \
-            | grep -E "^tps|latency average|latency limit" || true)
-      after=$(server_cpu)
-      local tps avg late
-      tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-      avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
-      late=$(echo "$out" | sed -n 's/.*latency limit: [0-9]*\/[0-9]* (\([0-9.]*\)%).*/\1 %/p')
-      local label="whole set (0.2.0)"; [ $way = new ] && label="LiveView (live_members_since)"
-      echo "| $(printf "%'d" "$n") | $label | $rate / ${tps%.*} | ${late:-0 %} | ${avg:-?} ms | $(echo "scale=2; ($after - $before) / 30" | bc) |"
+    for churn in "${churn_rates[@]}"; do
+      for way in old since delta; do
+        # Every host live at the start (a way that fell behind leaves hosts silent, and their
+        # return would be a change for the next).
+        psql_ -c "DELETE FROM rendezvous.hosts" -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
+              -c "VACUUM rendezvous.hosts, rendezvous.membership_version, rendezvous.membership_changes" >/dev/null
+        local script=$RENDEZVOUS_CLUSTER_DIR/tick_$way.sql rate=$((n / 2)) before after out
+        # A client's ticks in a heartbeat round: its share of the fleet's 2 s.
+        local round=$(( n / 8 ))
+        before=$(server_cpu)
+        out=$("$(pg_bindir)/pgbench" -n -M prepared -c 8 -j 2 -T 30 -R "$rate" -D hosts="$n" -D i=0 -D version=0 \
+                -D read_at=2000-01-01 -D round="$round" -D churn100="$(echo "$churn * 100 / 1" | bc)" -f "$script" \
+                --latency-limit=1000 "$DATABASE_URL" 2>&1 \
+              | grep -E "^tps|latency average|latency limit" || true)
+        after=$(server_cpu)
+        local tps avg late
+        tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+        avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
+        late=$(echo "$out" | sed -n 's/.*latency limit: [0-9]*\/[0-9]* (\([0-9.]*\)%).*/\1 %/p')
+        local label="whole set (0.2.0)"
+        [ $way = since ] && label="LiveView 0.3.0 (live_members_since)"
+        [ $way = delta ] && label="LiveView (live_members_delta)"
+        echo "| $(printf "%'d" "$n") | $churn % of ticks | $label | $rate / ${tps%.*} | ${late:-0 %} | ${avg:-?} ms | $(echo "scale=2; ($after - $before) / 30" | bc) |"
+      done
     done
   done
 }
 
-# Old finished history: half firings completed two days ago, half runs finished eight days
-# ago (past the default retention of a day and a week).
 old_history() {
   local half=$(($1 / 2))
   psql_ <<SQL

@@ -70,3 +70,23 @@ ALTER TABLE rendezvous.firings ADD COLUMN holder_role oid;
 -- Every task's next firing is made ahead now, overlap = 'skip' too (its claim decides the
 -- overlap, #42): tasks_due serves both of next_due_at's probes.
 DROP INDEX rendezvous.tasks_due_ahead;
+
+-- Membership deltas (membership.sql, #42): which hosts each version's bump was about, and
+-- from which version they are all kept; views kept from before the upgrade read the set whole
+-- once.
+ALTER TABLE rendezvous.membership_version ADD COLUMN changes_from bigint;
+UPDATE rendezvous.membership_version SET changes_from = version;
+ALTER TABLE rendezvous.membership_version ALTER COLUMN changes_from SET NOT NULL;
+CREATE TABLE rendezvous.membership_changes (
+    version    bigint NOT NULL,
+    host_id    text NOT NULL,
+    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+);
+CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
+
+-- Firings skipped by the overlap policy when claimed (#42) are finished without an attempt:
+-- firings_failed keeps the failed for good only (the status views count those), and retention
+-- finds the skipped ones through firings_skipped.
+DROP INDEX rendezvous.firings_failed;
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND attempts > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND attempts = 0;

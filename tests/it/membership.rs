@@ -1,7 +1,7 @@
 //! Membership through the client: heartbeats, leave on shutdown, staleness on the DB clock.
 use std::time::{Duration, SystemTime};
 
-use rendezvous_client::membership::{self, heartbeat, live_hosts};
+use rendezvous_client::membership::{self, heartbeat, leave, live_hosts};
 use rendezvous_client::{Membership, MembershipOptions};
 use rendezvous_tests::TestDb;
 
@@ -140,8 +140,8 @@ async fn bad_membership_arguments_fail_before_the_database() {
     assert_eq!(err.sqlstate(), Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE));
 }
 
-/// A kept view of the live set is read again exactly when the set changes: not while hosts
-/// only heartbeat, but after a join, a weight change, a leave, and a host falling silent (which
+/// A kept view of the live set changes exactly when the set does: not while hosts only
+/// heartbeat, but after a join, a weight change, a leave, and a host falling silent (which
 /// changes no version: found through the hosts' last heartbeats).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_view_is_read_again_only_when_the_set_changes() {
@@ -174,7 +174,8 @@ async fn a_live_view_is_read_again_only_when_the_set_changes() {
     assert!(view.refresh(&client).await.unwrap());
     assert_eq!(members(&view), ["alpha", "charlie"]);
     // charlie falls silent: its last heartbeat moves 9.5 s into the past (a bump, read at
-    // once), then the next half second passes with no write at all.
+    // once: charlie is still live, so the view is unchanged), then the next half second passes
+    // with no write at all.
     client
         .execute(
             "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '9.5 s' WHERE host_id = 'charlie'",
@@ -182,7 +183,7 @@ async fn a_live_view_is_read_again_only_when_the_set_changes() {
         )
         .await
         .unwrap();
-    assert!(view.refresh(&client).await.unwrap());
+    assert!(!view.refresh(&client).await.unwrap(), "a bump that changed nobody's liveness changed the view");
     assert_eq!(members(&view), ["alpha", "charlie"]);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(view.refresh(&client).await.unwrap(), "charlie's silence went unnoticed");
@@ -192,4 +193,92 @@ async fn a_live_view_is_read_again_only_when_the_set_changes() {
     let set = rendezvous_client::hrw::live_host_set(&client, staleness).await.unwrap();
     assert_eq!(set.hosts().collect::<Vec<_>>(), view.hosts().hosts().collect::<Vec<_>>());
     alpha.shutdown(Duration::from_secs(10)).await.unwrap();
+}
+
+/// Views brought up to date by deltas stay the live set through churn (#42): 40 hosts join,
+/// leave, change weight and fall silent in random rounds (several in one statement too); after
+/// each round, three views kept from different rounds (one refreshed every round, one every
+/// third, one read afresh) all equal the server's live set, and a view that changed nothing
+/// says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
+    use rendezvous_client::LiveView;
+    let db = TestDb::new("live_view_churn").await;
+    let client = db.connect().await;
+    let staleness = membership::DEFAULT_STALENESS;
+    for i in 0..20 {
+        heartbeat(&client, &format!("h{i:02}"), 1.0).await.unwrap();
+    }
+    let mut every = LiveView::read(&client, staleness).await.unwrap();
+    let mut third = LiveView::read(&client, staleness).await.unwrap();
+    // The hosts, and the winners of 64 keys (which the weights decide too).
+    let members = |v: &LiveView| {
+        let set = v.hosts();
+        let hosts = set.hosts().map(str::to_owned).collect::<Vec<_>>();
+        let winners = (0..64).map(|k| set.winner(&format!("key-{k}")).map(str::to_owned)).collect::<Vec<_>>();
+        (hosts, winners)
+    };
+    // A small deterministic generator: the same churn on every run.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for round in 0..30 {
+        for _ in 0..1 + next(4) {
+            let host = format!("h{:02}", next(40));
+            match next(5) {
+                0 | 1 => {
+                    heartbeat(&client, &host, 1.0).await.unwrap();
+                }
+                2 => {
+                    heartbeat(&client, &host, 1.0 + next(3) as f64).await.unwrap();
+                }
+                3 => {
+                    leave(&client, &host).await.unwrap();
+                }
+                _ => {
+                    // Silent (its last heartbeat 11 s ago), or several leave in one statement.
+                    if next(2) == 0 {
+                        client
+                            .execute(
+                                "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '11 s' WHERE host_id = $1",
+                                &[&host],
+                            )
+                            .await
+                            .unwrap();
+                    } else {
+                        let other = format!("h{:02}", next(40));
+                        client
+                            .execute(
+                                "DELETE FROM rendezvous.hosts WHERE host_id IN ($1, $2)",
+                                &[&host, &other],
+                            )
+                            .await
+                            .unwrap();
+                    }
+                }
+            }
+        }
+        let server = LiveView::read(&client, staleness).await.unwrap();
+        every.refresh(&client).await.unwrap();
+        assert_eq!(members(&every), members(&server), "round {round}: the view refreshed every round");
+        if round % 3 == 2 {
+            third.refresh(&client).await.unwrap();
+            assert_eq!(
+                members(&third),
+                members(&server),
+                "round {round}: the view refreshed every third round"
+            );
+        }
+        let set = rendezvous_client::hrw::live_host_set(&client, staleness).await.unwrap();
+        assert_eq!(
+            set.hosts().collect::<Vec<_>>(),
+            every.hosts().hosts().collect::<Vec<_>>(),
+            "round {round}"
+        );
+        assert!(!every.refresh(&client).await.unwrap(), "round {round}: nothing changed, yet the view did");
+    }
 }

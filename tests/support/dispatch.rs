@@ -365,6 +365,8 @@ impl Dispatcher {
             .into_iter()
             .map(|s| match (s.claimed, s.completed) {
                 (true, true) => Status::Done,
+                // Never claimable again (failed for good, or skipped by an overlap policy).
+                _ if s.claimable_in == Duration::MAX => Status::Done,
                 (_, false) if s.claimable_in.is_zero() => Status::Free,
                 (_, _) => Status::Held { remaining: s.claimable_in },
             })
