@@ -52,7 +52,8 @@ pub async fn live_members(client: &impl GenericClient, staleness: Duration) -> R
 ///
 /// With a staleness shorter than [`DEFAULT_STALENESS`], every refresh reads the whole set (a
 /// host coming back after a shorter silence changes no version); so does a view older than the
-/// changes the database keeps (10 minutes).
+/// changes the database keeps (10 minutes), and every view once every 10 minutes (a bound on
+/// any drift: a view kept across a failover that lost commits).
 ///
 /// ```no_run
 /// # async fn run() -> rendezvous_client::Result<()> {
@@ -76,7 +77,14 @@ pub struct LiveView {
     /// The live hosts and their weights, as the changes left them.
     members: BTreeMap<String, f64>,
     hosts: HostSet,
+    /// The database time of the last read of the whole set.
+    whole_at: SystemTime,
 }
+
+/// How often a view kept by changes reads the whole set again all the same: a bound on any
+/// drift (a view kept across a failover that lost commits, a reader in an old snapshot), at
+/// one whole read per host per 10 minutes (the changes the database keeps).
+const WHOLE_EVERY: Duration = Duration::from_secs(600);
 
 impl LiveView {
     /// Reads the live set (hosts heard from within `staleness` of the database clock).
@@ -87,6 +95,7 @@ impl LiveView {
             read_at: SystemTime::UNIX_EPOCH,
             members: BTreeMap::new(),
             hosts: HostSet::new(Vec::<String>::new()),
+            whole_at: SystemTime::UNIX_EPOCH,
         };
         view.update(client, None).await?;
         Ok(view)
@@ -95,7 +104,9 @@ impl LiveView {
     /// Brings the view up to date; returns whether it changed (the set read again, or hosts
     /// added, changed or removed).
     pub async fn refresh(&mut self, client: &impl GenericClient) -> Result<bool> {
-        self.update(client, Some((self.version, self.read_at))).await
+        let stale = self.read_at.duration_since(self.whole_at).unwrap_or_default() >= WHOLE_EVERY;
+        let known = (!stale).then_some((self.version, self.read_at));
+        self.update(client, known).await
     }
 
     /// The live hosts with their weights, for local HRW lookups.
@@ -131,22 +142,29 @@ impl LiveView {
         let ids: Vec<String> = row.get(3);
         let weights: Vec<f64> = row.get(4);
         let removed: Option<Vec<String>> = row.get(5);
-        let before = (whole || !ids.is_empty() || removed.as_ref().is_some_and(|r| !r.is_empty()))
-            .then(|| self.members.clone());
+        let (version, read_at): (i64, SystemTime) = (row.get(0), row.get(1));
+        let mut members = if whole { BTreeMap::new() } else { self.members.clone() };
+        let touched = whole || !ids.is_empty() || removed.as_ref().is_some_and(|r| !r.is_empty());
+        if touched {
+            for id in removed.unwrap_or_default() {
+                members.remove(&id);
+            }
+            members.extend(ids.into_iter().zip(weights));
+        }
+        let changed = touched && members != self.members;
+        // The set is built before the view changes: a failure leaves the view as it was.
+        if changed || self.whole_at == SystemTime::UNIX_EPOCH {
+            self.hosts = HostSet::weighted(members.iter().map(|(id, w)| (id.as_str(), *w)))?;
+            metrics::gauge!(signals::HOSTS_LIVE).set(members.len() as f64);
+        }
+        if touched {
+            self.members = members;
+        }
         if whole {
-            self.members.clear();
+            self.whole_at = read_at;
         }
-        for id in removed.unwrap_or_default() {
-            self.members.remove(&id);
-        }
-        self.members.extend(ids.into_iter().zip(weights));
-        self.version = row.get(0);
-        self.read_at = row.get(1);
-        let changed = before.is_some_and(|b| b != self.members);
-        if changed || known.is_none() {
-            self.hosts = HostSet::weighted(self.members.iter().map(|(id, w)| (id.as_str(), *w)))?;
-            metrics::gauge!(signals::HOSTS_LIVE).set(self.members.len() as f64);
-        }
+        self.version = version;
+        self.read_at = read_at;
         Ok(changed)
     }
 }

@@ -27,7 +27,7 @@ CREATE INDEX hosts_last_seen ON rendezvous.hosts (last_seen);
 
 -- The live set's version: bumped in the same transaction as every change a reader of the set
 -- cannot see coming from the clock alone — a host joins, comes back after a silence of at least
--- default_staleness(), changes its weight, or leaves. (Going silent needs no bump: readers find
+-- half of default_staleness(), changes its weight, or leaves. (Going silent needs no bump: readers find
 -- those hosts through hosts_last_seen.) So a host can keep its view of the set and read the
 -- whole set again only when it changed (live_members_since), not on every heartbeat.
 CREATE TABLE rendezvous.membership_version (
@@ -99,9 +99,13 @@ BEGIN
     -- Now and then, the changes older than they are kept go, and views older than the oldest
     -- change left are read again whole.
     IF v % 256 = 0 THEN
+        -- The oldest changes first (membership_changes_version), at most 10,000 a time: versions
+        -- grow with time, so the old ones are the first.
         WITH gone_changes AS (
             DELETE FROM rendezvous.membership_changes c
-             WHERE c.version <= (SELECT max(o.version) FROM rendezvous.membership_changes o
+             WHERE c.version <= (SELECT max(o.version)
+                                   FROM (SELECT x.version, x.changed_at FROM rendezvous.membership_changes x
+                                          ORDER BY x.version LIMIT 10000) o
                                   WHERE o.changed_at < pg_catalog.clock_timestamp() - rendezvous._membership_changes_kept())
             RETURNING c.version
         )
@@ -117,11 +121,14 @@ COMMENT ON FUNCTION rendezvous._membership_changed() IS 'Trigger: bumps rendezvo
 CREATE TRIGGER hosts_joined AFTER INSERT ON rendezvous.hosts
     FOR EACH ROW EXECUTE FUNCTION rendezvous._membership_changed();
 -- A heartbeat is an UPDATE that changes only last_seen, forward: no bump unless the host had
--- been silent for at least default_staleness() (readers with that staleness or more saw it go).
+-- been silent for at least half of default_staleness(). Readers with that staleness or more
+-- saw it go only after a whole staleness; the half is a margin for a heartbeat that becomes
+-- visible late (its commit waited, say, for a synchronous standby): a reader may have removed
+-- the host meanwhile, and the host's next heartbeat, at least that far after, tells it (#42).
 CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
     FOR EACH ROW
     WHEN (OLD.host_id IS DISTINCT FROM NEW.host_id OR OLD.weight IS DISTINCT FROM NEW.weight
-          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness())
+          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness() / 2)
     EXECUTE FUNCTION rendezvous._membership_changed();
 CREATE TRIGGER hosts_left AFTER DELETE ON rendezvous.hosts
     REFERENCING OLD TABLE AS gone
@@ -266,6 +273,17 @@ BEGIN
     whole := known_version IS NULL OR known_read_at IS NULL OR known_version < since
              OR known_version > live_members_delta.version
              OR staleness < rendezvous.default_staleness() OR known_read_at > now_ts;
+    -- Nothing changed (no bump, and no host of the view fell silent): two index probes, as
+    -- live_members_since's answer, and empty arrays.
+    IF NOT whole AND live_members_delta.version = known_version
+       AND NOT EXISTS (SELECT 1 FROM rendezvous.hosts h
+                        WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness) THEN
+        host_ids := '{}';
+        weights := '{}';
+        removed := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
     IF whole THEN
         SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
                coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
@@ -284,14 +302,29 @@ BEGIN
         SELECT h.host_id FROM rendezvous.hosts h
          WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
     ), now_ AS (
-        SELECT t.host_id, h.weight, h.last_seen > now_ts - staleness AS live
-          FROM touched t LEFT JOIN rendezvous.hosts h ON h.host_id = t.host_id
+        -- Each touched host looked up by its key (hosts_pkey): LIMIT keeps the planner from
+        -- turning this into a join that reads every host.
+        SELECT t.host_id, x.weight, coalesce(x.live, false) AS live
+          FROM touched t
+          LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
+                               FROM rendezvous.hosts h WHERE h.host_id = t.host_id LIMIT 1) x ON true
     )
     SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
            coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
-           coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live IS NOT TRUE), '{}')
+           coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE NOT n.live), '{}')
       INTO host_ids, weights, removed
       FROM now_ n;
+    -- Changes pruned while this call read them (a statement of its own, another snapshot):
+    -- the whole set after all.
+    IF known_version < (SELECT v.changes_from FROM rendezvous.membership_version v) THEN
+        whole := true;
+        removed := NULL;
+        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
+               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
+          INTO host_ids, weights
+          FROM rendezvous.hosts h
+         WHERE h.last_seen > now_ts - staleness;
+    END IF;
     RETURN NEXT;
 END
 $$;

@@ -372,14 +372,15 @@ BEGIN
         SELECT d.task_id, d.overlap, p.run_at, p.skipped, p.next_fire_at,
                -- (Only the skip policy asks: the check costs an index probe a task.) A fire
                -- time that came: any unfinished firing makes it wait. One made ahead is decided
-               -- when it is claimed, unless an earlier firing is due and nobody claimed it (no
-               -- host takes the task, or none has a free slot): then it is skipped now, so such
-               -- a task keeps one pending firing, not one more every fire time.
+               -- when it is claimed, unless an earlier firing has been due for 5 s and nobody
+               -- claimed it (no host takes the task, or none has a free slot): then it is
+               -- skipped now, so such a task keeps a few pending firings, not one more every
+               -- fire time. (The 5 s leave room for the rank delays of hosts that died.)
                CASE WHEN d.overlap = 'allow' THEN false
                     WHEN d.next_fire_at > now_ THEN EXISTS (
                         SELECT 1 FROM rendezvous.firings f
                          WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL
-                           AND f.token = 0 AND f.fire_at <= now_)
+                           AND f.token = 0 AND f.fire_at <= now_ - interval '5 seconds')
                     ELSE EXISTS (SELECT 1 FROM rendezvous.firings f
                                   WHERE f.task_id = d.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL)
                END AS busy

@@ -355,15 +355,15 @@ SELECT claimed, completed, lease_remaining FROM rendezvous.firing_states(ARRAY['
 SELECT rendezvous.unschedule_task('serial'), rendezvous.unschedule_task('serial-too'), rendezvous.unschedule_task('free');
 DROP TABLE fire;
 -- Nobody claims a task's firings (no host takes it, or none has a free slot): under
--- overlap = 'skip' the task keeps one pending firing, the next fire times skipped as they are
--- made, not one more pending firing every fire time.
+-- overlap = 'skip' the task keeps a few pending firings (those made before the first had been
+-- due 5 s), the next fire times skipped as they are made, not one more every fire time.
 SELECT rendezvous.schedule_task('unclaimed', rendezvous.every('1 second')) IS NOT NULL;
-UPDATE rendezvous.tasks SET next_fire_at = date_trunc('second', clock_timestamp()) - interval '3 s', skipped = 0
+UPDATE rendezvous.tasks SET next_fire_at = date_trunc('second', clock_timestamp()) - interval '20 s', skipped = 0
  WHERE task_id = 'unclaimed';
 CREATE TEMP TABLE fire AS SELECT next_fire_at AS at FROM rendezvous.tasks WHERE task_id = 'unclaimed';
 SELECT rendezvous._make_task_firings((SELECT at FROM fire), 10, 'unclaimed', 100);
-SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '0.7 s', 10, 'unclaimed', 100);
-SELECT rendezvous._make_task_firings((SELECT at FROM fire) + interval '1.7 s', 10, 'unclaimed', 100);
+SELECT count(rendezvous._make_task_firings((SELECT at FROM fire) + g * interval '1 s' + interval '0.7 s', 10, 'unclaimed', 100))
+  FROM generate_series(0, 8) g;
 SELECT count(*) AS pending, min(fire_at) = (SELECT at FROM fire) AS the_first,
        (SELECT skipped FROM rendezvous.tasks WHERE task_id = 'unclaimed') AS skipped,
        (SELECT next_fire_at - (SELECT at FROM fire) FROM rendezvous.tasks WHERE task_id = 'unclaimed') AS next_after

@@ -90,3 +90,12 @@ CREATE INDEX membership_changes_version ON rendezvous.membership_changes (versio
 DROP INDEX rendezvous.firings_failed;
 CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND attempts > 0;
 CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND attempts = 0;
+
+-- A return after a silence of half the default staleness bumps the version (membership.sql):
+-- a heartbeat that became visible late is then learnt by readers kept by deltas.
+DROP TRIGGER hosts_changed ON rendezvous.hosts;
+CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
+    FOR EACH ROW
+    WHEN (OLD.host_id IS DISTINCT FROM NEW.host_id OR OLD.weight IS DISTINCT FROM NEW.weight
+          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness() / 2)
+    EXECUTE FUNCTION rendezvous._membership_changed();

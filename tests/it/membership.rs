@@ -173,19 +173,19 @@ async fn a_live_view_is_read_again_only_when_the_set_changes() {
     bravo.shutdown(Duration::from_secs(10)).await.unwrap();
     assert!(view.refresh(&client).await.unwrap());
     assert_eq!(members(&view), ["alpha", "charlie"]);
-    // charlie falls silent: its last heartbeat moves 9.5 s into the past (a bump, read at
-    // once: charlie is still live, so the view is unchanged), then the next half second passes
-    // with no write at all.
+    // charlie falls silent: its last heartbeat moves 9 s into the past (a bump, read at once:
+    // charlie is still live, so the view is unchanged), then the next 1.2 s pass with no write
+    // at all.
     client
         .execute(
-            "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '9.5 s' WHERE host_id = 'charlie'",
+            "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '9 s' WHERE host_id = 'charlie'",
             &[],
         )
         .await
         .unwrap();
     assert!(!view.refresh(&client).await.unwrap(), "a bump that changed nobody's liveness changed the view");
     assert_eq!(members(&view), ["alpha", "charlie"]);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(view.refresh(&client).await.unwrap(), "charlie's silence went unnoticed");
     assert_eq!(members(&view), ["alpha"]);
     assert!(!view.refresh(&client).await.unwrap());
@@ -196,16 +196,18 @@ async fn a_live_view_is_read_again_only_when_the_set_changes() {
 }
 
 /// Views brought up to date by deltas stay the live set through churn (#42): 40 hosts join,
-/// leave, change weight and fall silent in random rounds (several in one statement too); after
-/// each round, three views kept from different rounds (one refreshed every round, one every
-/// third, one read afresh) all equal the server's live set, and a view that changed nothing
-/// says so.
+/// leave, change weight, go silent (behind the triggers' back too: found through their last
+/// heartbeats) and come back in random rounds (several in one statement too); after each
+/// round, two views kept from different rounds (one refreshed every round, one every third)
+/// equal the server's live set, the database answers them with changes (not the whole set),
+/// and a view that changed nothing says so. The staleness is 5 minutes, so no host ages out by
+/// itself on a slow machine.
 #[tokio::test(flavor = "multi_thread")]
 async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
     use rendezvous_client::LiveView;
     let db = TestDb::new("live_view_churn").await;
     let client = db.connect().await;
-    let staleness = membership::DEFAULT_STALENESS;
+    let staleness = Duration::from_secs(300);
     for i in 0..20 {
         heartbeat(&client, &format!("h{i:02}"), 1.0).await.unwrap();
     }
@@ -218,6 +220,10 @@ async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
         let winners = (0..64).map(|k| set.winner(&format!("key-{k}")).map(str::to_owned)).collect::<Vec<_>>();
         (hosts, winners)
     };
+    // A view kept in SQL beside the client's, to see how the database answers it.
+    let delta = "SELECT version, read_at, whole FROM rendezvous.live_members_delta('300 s', $1, $2)";
+    let first = client.query_one(delta, &[&None::<i64>, &None::<SystemTime>]).await.unwrap();
+    let (mut version, mut read_at): (i64, SystemTime) = (first.get(0), first.get(1));
     // A small deterministic generator: the same churn on every run.
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move |n: u64| {
@@ -229,7 +235,7 @@ async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
     for round in 0..30 {
         for _ in 0..1 + next(4) {
             let host = format!("h{:02}", next(40));
-            match next(5) {
+            match next(6) {
                 0 | 1 => {
                     heartbeat(&client, &host, 1.0).await.unwrap();
                 }
@@ -239,28 +245,39 @@ async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
                 3 => {
                     leave(&client, &host).await.unwrap();
                 }
+                4 => {
+                    // Silent: its last heartbeat past the staleness (a write: a bump).
+                    client
+                        .execute(
+                            "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '301 s' WHERE host_id = $1",
+                            &[&host],
+                        )
+                        .await
+                        .unwrap();
+                }
                 _ => {
-                    // Silent (its last heartbeat 11 s ago), or several leave in one statement.
-                    if next(2) == 0 {
-                        client
-                            .execute(
-                                "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '11 s' WHERE host_id = $1",
-                                &[&host],
-                            )
-                            .await
-                            .unwrap();
-                    } else {
-                        let other = format!("h{:02}", next(40));
-                        client
-                            .execute(
-                                "DELETE FROM rendezvous.hosts WHERE host_id IN ($1, $2)",
-                                &[&host, &other],
-                            )
-                            .await
-                            .unwrap();
-                    }
+                    // Several leave in one statement.
+                    let other = format!("h{:02}", next(40));
+                    client
+                        .execute("DELETE FROM rendezvous.hosts WHERE host_id IN ($1, $2)", &[&host, &other])
+                        .await
+                        .unwrap();
                 }
             }
+        }
+        if round % 10 == 5 {
+            // Silent with no write at all: 299.8 s after its last heartbeat (aged behind the
+            // triggers' back), then a moment passes.
+            let host = format!("h{:02}", next(40));
+            client
+                .batch_execute(&format!(
+                    "ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+                     UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '299.8 s' WHERE host_id = '{host}';
+                     ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;"
+                ))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(400)).await;
         }
         let server = LiveView::read(&client, staleness).await.unwrap();
         every.refresh(&client).await.unwrap();
@@ -280,5 +297,8 @@ async fn live_views_kept_by_deltas_stay_the_live_set_through_churn() {
             "round {round}"
         );
         assert!(!every.refresh(&client).await.unwrap(), "round {round}: nothing changed, yet the view did");
+        let answer = client.query_one(delta, &[&Some(version), &Some(read_at)]).await.unwrap();
+        assert!(!answer.get::<_, bool>(2), "round {round}: the database read the whole set for a kept view");
+        (version, read_at) = (answer.get(0), answer.get(1));
     }
 }
