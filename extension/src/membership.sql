@@ -284,40 +284,33 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    IF whole THEN
-        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
-               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
-          INTO host_ids, weights
-          FROM rendezvous.hosts h
-         WHERE h.last_seen > now_ts - staleness;
-        RETURN NEXT;
-        RETURN;
+    IF NOT whole THEN
+        WITH touched AS (
+            -- Hosts changed after the view (membership_changes_version), then as they are now.
+            SELECT DISTINCT c.host_id FROM rendezvous.membership_changes c
+             WHERE c.version > known_version AND c.version <= live_members_delta.version
+            UNION
+            -- Hosts gone silent since the view was read (hosts_last_seen).
+            SELECT h.host_id FROM rendezvous.hosts h
+             WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
+        ), now_ AS (
+            -- Each touched host looked up by its key (hosts_pkey): LIMIT keeps the planner from
+            -- turning this into a join that reads every host.
+            SELECT t.host_id, x.weight, coalesce(x.live, false) AS live
+              FROM touched t
+              LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
+                                   FROM rendezvous.hosts h WHERE h.host_id = t.host_id LIMIT 1) x ON true
+        )
+        SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
+               coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
+               coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE NOT n.live), '{}')
+          INTO host_ids, weights, removed
+          FROM now_ n;
+        -- Changes pruned while this call read them (a statement of its own, another
+        -- snapshot): the whole set after all.
+        whole := known_version < (SELECT v.changes_from FROM rendezvous.membership_version v);
     END IF;
-    WITH touched AS (
-        -- Hosts changed after the view (membership_changes_version), then as they are now.
-        SELECT DISTINCT c.host_id FROM rendezvous.membership_changes c
-         WHERE c.version > known_version AND c.version <= live_members_delta.version
-        UNION
-        -- Hosts gone silent since the view was read (hosts_last_seen).
-        SELECT h.host_id FROM rendezvous.hosts h
-         WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
-    ), now_ AS (
-        -- Each touched host looked up by its key (hosts_pkey): LIMIT keeps the planner from
-        -- turning this into a join that reads every host.
-        SELECT t.host_id, x.weight, coalesce(x.live, false) AS live
-          FROM touched t
-          LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
-                               FROM rendezvous.hosts h WHERE h.host_id = t.host_id LIMIT 1) x ON true
-    )
-    SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
-           coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
-           coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE NOT n.live), '{}')
-      INTO host_ids, weights, removed
-      FROM now_ n;
-    -- Changes pruned while this call read them (a statement of its own, another snapshot):
-    -- the whole set after all.
-    IF known_version < (SELECT v.changes_from FROM rendezvous.membership_version v) THEN
-        whole := true;
+    IF whole THEN
         removed := NULL;
         SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
                coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
