@@ -45,7 +45,7 @@ rendezvous_client::sql_statements! {
     /// `rendezvous status` (status.rs).
     STATUS_FIRING_COUNTS = "SELECT (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at IS NULL AND failed_at IS NULL),
                 (SELECT count(*) FROM rendezvous.status_firings WHERE completed_at > now() - interval '1 minute'),
-                (SELECT count(*) FROM rendezvous.status_firings WHERE failed_at IS NOT NULL AND attempts > 0)"
+                (SELECT count(*) FROM rendezvous.status_firings WHERE failed_at IS NOT NULL AND failures > 0)"
         () -> ("count": INT8, "count": INT8, "count": INT8);
     /// `rendezvous status` (status.rs).
     STATUS_TASKS = "SELECT task_id, schedule, time_zone, paused, extract(epoch FROM next_fire_at - clock_timestamp())::float8,

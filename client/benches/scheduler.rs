@@ -89,7 +89,7 @@ async fn fleet(url: &str, tasks: usize, overlap: Overlap) {
                     percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM claimed_at - fire_at)),
                     max(extract(epoch FROM claimed_at - fire_at))::float8,
                     count(*) FILTER (WHERE attempts > 1),
-                    count(*) FILTER (WHERE failed_at IS NOT NULL AND attempts = 0)
+                    count(*) FILTER (WHERE failed_at IS NOT NULL AND failures = 0)
                FROM rendezvous.firings WHERE fire_at >= $1 AND fire_at <= $2",
             &[&from, &until],
         )

@@ -38,9 +38,10 @@ CREATE INDEX firings_open_lease ON rendezvous.firings (lease_until) WHERE comple
 -- Failed firings and firings with errors, per task (0.3.0): the task status view counts and
 -- shows them without reading a task's whole history; retention deletes failed ones. Failed for
 -- good only (0.4.0): a firing skipped by its task's overlap policy is finished the same way
--- without an attempt (schedule.sql), and has an index of its own, for retention.
-CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND attempts > 0;
-CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND attempts = 0;
+-- with no failure (schedule.sql), and has an index of its own, for retention. (Failures, not
+-- attempts: a claim changes attempts, and a column in an index keeps its update from being HOT.)
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
 SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
 

@@ -100,13 +100,13 @@ BEGIN
              ORDER BY g.completed_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS n = ROW_COUNT;
         DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
-            SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff AND g.attempts > 0
+            SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff AND g.failures > 0
              ORDER BY g.failed_at LIMIT max_rows - n FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS m = ROW_COUNT;
         n := n + m;
         -- Skipped by the overlap policy when claimed (firings_skipped).
         DELETE FROM rendezvous.firings f WHERE f.firing_key = ANY (ARRAY(
-            SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff AND g.attempts = 0
+            SELECT g.firing_key FROM rendezvous.firings g WHERE g.failed_at < cutoff AND g.failures = 0
              ORDER BY g.failed_at LIMIT max_rows - n FOR UPDATE SKIP LOCKED));
         GET DIAGNOSTICS m = ROW_COUNT;
         RETURN n + m;

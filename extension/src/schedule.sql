@@ -253,7 +253,7 @@ COMMENT ON FUNCTION rendezvous._firing_overlapped(text, timestamptz) IS
 
 -- What a claim does with the due firings it was given that the overlap policy skips (made
 -- ahead, never claimed, an earlier firing of the task unfinished): each is finished as skipped
--- (failed_at set with attempts 0, never claimable again, so no claim makes it anew) and counted
+-- (failed_at set, attempts and failures 0, never claimable again, so no claim makes it anew) and counted
 -- in its task's skipped. Rows another session holds are passed over (it is claiming or
 -- skipping them), and so are the firings of a task another session holds. Returns how many
 -- were skipped.

@@ -23,8 +23,9 @@ COMMENT ON VIEW rendezvous.status_leaders IS
 CREATE VIEW rendezvous.status_firings AS
     SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.attempts, f.claimed_at, f.lease_until, f.completed_at,
            CASE WHEN f.completed_at IS NOT NULL THEN 'completed'
-                -- Finished without an attempt: skipped by the overlap policy when claimed.
-                WHEN f.failed_at IS NOT NULL AND f.attempts = 0 THEN 'skipped'
+                -- Finished with no failure: skipped by the overlap policy when claimed (a firing fails for
+                -- good only after a failed attempt).
+                WHEN f.failed_at IS NOT NULL AND f.failures = 0 THEN 'skipped'
                 WHEN f.failed_at IS NOT NULL THEN 'failed'
                 WHEN f.holder IS NULL AND f.failures > 0 THEN 'retrying'
                 WHEN f.holder IS NULL THEN 'pending'
@@ -61,7 +62,7 @@ CREATE VIEW rendezvous.status_tasks AS
            WHERE f.task_id = t.task_id AND f.completed_at IS NULL AND f.failed_at IS NULL) open ON true
       LEFT JOIN LATERAL (
           SELECT count(*) AS failed FROM rendezvous.firings f
-           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL AND f.attempts > 0) bad ON true    -- firings_failed
+           WHERE f.task_id = t.task_id AND f.failed_at IS NOT NULL AND f.failures > 0) bad ON true    -- firings_failed
       LEFT JOIN LATERAL (
           SELECT f.fire_at, f.last_error FROM rendezvous.firings f
            WHERE f.task_id = t.task_id AND f.failures > 0                  -- firings_errors

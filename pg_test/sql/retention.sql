@@ -96,8 +96,8 @@ EXPLAIN (COSTS OFF) SELECT firing_key, state FROM rendezvous.status_firings
 EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.status_firings WHERE completed_at IS NOT NULL ORDER BY completed_at DESC LIMIT 10;
 -- A task's failed firings (failed for good: attempts made) and its latest error; retention's
 -- batches of firings skipped by the overlap policy (finished without an attempt).
-EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret' AND failed_at IS NOT NULL AND attempts > 0;
-EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE failed_at < now() - interval '1 day' AND attempts = 0
+EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret' AND failed_at IS NOT NULL AND failures > 0;
+EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE failed_at < now() - interval '1 day' AND failures = 0
  ORDER BY failed_at LIMIT 1000;
 EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE task_id = 'ret' AND failures > 0 ORDER BY fire_at DESC LIMIT 1;
 -- The scheduler's earliest unfinished firing and earliest lease.

@@ -84,12 +84,12 @@ CREATE TABLE rendezvous.membership_changes (
 );
 CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
 
--- Firings skipped by the overlap policy when claimed (#42) are finished without an attempt:
+-- Firings skipped by the overlap policy when claimed (#42) are finished with no failure:
 -- firings_failed keeps the failed for good only (the status views count those), and retention
 -- finds the skipped ones through firings_skipped.
 DROP INDEX rendezvous.firings_failed;
-CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND attempts > 0;
-CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND attempts = 0;
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 
 -- A return after a silence of half the default staleness bumps the version (membership.sql):
 -- a heartbeat that became visible late is then learnt by readers kept by deltas.
