@@ -143,21 +143,22 @@ impl LiveView {
         let weights: Vec<f64> = row.get(4);
         let removed: Option<Vec<String>> = row.get(5);
         let (version, read_at): (i64, SystemTime) = (row.get(0), row.get(1));
-        let mut members = if whole { BTreeMap::new() } else { self.members.clone() };
         let touched = whole || !ids.is_empty() || removed.as_ref().is_some_and(|r| !r.is_empty());
+        let first = self.whole_at == SystemTime::UNIX_EPOCH;
+        let mut changed = false;
+        // Nothing changed (the common answer): no copy of the view, nothing rebuilt.
         if touched {
+            let mut members = if whole { BTreeMap::new() } else { self.members.clone() };
             for id in removed.unwrap_or_default() {
                 members.remove(&id);
             }
             members.extend(ids.into_iter().zip(weights));
-        }
-        let changed = touched && members != self.members;
-        // The set is built before the view changes: a failure leaves the view as it was.
-        if changed || self.whole_at == SystemTime::UNIX_EPOCH {
-            self.hosts = HostSet::weighted(members.iter().map(|(id, w)| (id.as_str(), *w)))?;
-            metrics::gauge!(signals::HOSTS_LIVE).set(members.len() as f64);
-        }
-        if touched {
+            changed = members != self.members;
+            // The set is built before the view changes: a failure leaves the view as it was.
+            if changed || first {
+                self.hosts = HostSet::weighted(members.iter().map(|(id, w)| (id.as_str(), *w)))?;
+                metrics::gauge!(signals::HOSTS_LIVE).set(members.len() as f64);
+            }
             self.members = members;
         }
         if whole {
