@@ -206,6 +206,19 @@ END
 $$;
 COMMENT ON FUNCTION rendezvous.live_members(interval) IS 'live_hosts with each host''s weight: what a client needs to compute weighted HRW locally.';
 
+-- The whole live set at an instant, as sorted arrays of hosts and their weights: what a kept
+-- view is read from when it must be read again (live_members_since, live_members_delta).
+CREATE FUNCTION rendezvous._live_members_at(staleness interval, as_of timestamptz)
+RETURNS TABLE (host_ids text[], weights double precision[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
+           coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
+      FROM rendezvous.hosts h
+     WHERE h.last_seen > as_of - staleness
+$$;
+
 -- A reader that keeps its view of the live set asks this on each heartbeat instead of reading
 -- the set: two index probes when nothing changed, the whole set when something may have. What
 -- changes a view read at known_read_at with known_version: a bump of the version (a join, a return after
@@ -233,11 +246,7 @@ BEGIN
       INTO live_members_since.version, live_members_since.read_at, changed
       FROM rendezvous.membership_version v;
     IF changed THEN
-        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
-               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
-          INTO host_ids, weights
-          FROM rendezvous.hosts h
-         WHERE h.last_seen > now_ts - staleness;
+        SELECT s.host_ids, s.weights INTO host_ids, weights FROM rendezvous._live_members_at(staleness, now_ts) s;
     END IF;
     RETURN NEXT;
 END
@@ -312,11 +321,7 @@ BEGIN
     END IF;
     IF whole THEN
         removed := NULL;
-        SELECT coalesce(array_agg(h.host_id ORDER BY h.host_id), '{}'),
-               coalesce(array_agg(h.weight ORDER BY h.host_id), '{}')
-          INTO host_ids, weights
-          FROM rendezvous.hosts h
-         WHERE h.last_seen > now_ts - staleness;
+        SELECT s.host_ids, s.weights INTO host_ids, weights FROM rendezvous._live_members_at(staleness, now_ts) s;
     END IF;
     RETURN NEXT;
 END

@@ -79,6 +79,7 @@ ALTER FUNCTION rendezvous.purge_firings(interval) SECURITY DEFINER;
 -- Trigger functions run only from their triggers on the extension's tables: nobody attaches
 -- them to a table of its own (CREATE TRIGGER needs EXECUTE; #39).
 REVOKE EXECUTE ON FUNCTION rendezvous._membership_changed() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rendezvous._live_members_at(interval, timestamptz) FROM PUBLIC;
 
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
