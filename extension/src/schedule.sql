@@ -492,10 +492,22 @@ AS $$
         (SELECT t.next_fire_at - rendezvous._made_ahead() AS at FROM rendezvous.tasks t
           WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
         UNION ALL
+        -- Made ahead: a firing before its fire time is never claimed (every claim refuses it),
+        -- so its lease_until is its fire time and the first one in firings_open_fire_at is
+        -- the earliest. (The clock read once, in a subquery: a bound the index scan can start
+        -- from.)
         (SELECT f.lease_until FROM rendezvous.firings f JOIN rendezvous.tasks t ON t.task_id = f.task_id
           WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND NOT t.paused
-            AND f.lease_until > pg_catalog.clock_timestamp()
-          ORDER BY f.lease_until LIMIT 1)
+            AND f.fire_at > (SELECT pg_catalog.clock_timestamp())
+          ORDER BY f.fire_at LIMIT 1)
+        UNION ALL
+        -- Past their fire time and held (a live lease) or waiting for a retry: as many as run or
+        -- wait now, the part of firings_open_fire_at due_firings walks too. No index orders
+        -- leases: a claim would then write every index (firing.sql). Paused tasks' firings are
+        -- not told apart here (a probe of tasks a row would cost more than the walk): the end
+        -- of one's lease wakes a scheduler once for nothing.
+        (SELECT min(f.lease_until) FROM (SELECT pg_catalog.clock_timestamp() AS at) n, rendezvous.firings f
+          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.fire_at <= n.at AND f.lease_until > n.at)
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS

@@ -100,10 +100,14 @@ EXPLAIN (COSTS OFF) SELECT count(*) FROM rendezvous.firings WHERE task_id = 'ret
 EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE failed_at < now() - interval '1 day' AND failures = 0
  ORDER BY failed_at LIMIT 1000;
 EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE task_id = 'ret' AND failures > 0 ORDER BY fire_at DESC LIMIT 1;
--- The scheduler's earliest unfinished firing and earliest lease.
+-- The scheduler's earliest unfinished firing, the next made ahead, and the leases of those
+-- past their fire time (next_due_at): each from the unfinished firings' indexes, whatever the
+-- history.
 EXPLAIN (COSTS OFF) SELECT fire_at FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL ORDER BY fire_at LIMIT 100;
 EXPLAIN (COSTS OFF) SELECT lease_until FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL
-   AND lease_until > now() ORDER BY lease_until LIMIT 1;
+   AND fire_at > now() ORDER BY fire_at LIMIT 1;
+EXPLAIN (COSTS OFF) SELECT min(lease_until) FROM rendezvous.firings WHERE completed_at IS NULL AND failed_at IS NULL
+   AND fire_at <= now() AND lease_until > now();
 RESET enable_seqscan;
 -- One clock per statement in the status views: a firing's state cannot change mid-statement.
 SELECT pg_catalog.pg_get_viewdef('rendezvous.status_firings'::regclass) LIKE '%clock_timestamp%' AS volatile_clock;

@@ -9,9 +9,10 @@
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
 #   SCALE_CHURN="0 0.5"                 % of their ticks on which those hosts return after a silence
-#   SCALE_PARTS="status membership retention claims leaders"  which parts to run
+#   SCALE_PARTS="status membership retention claims leaders wal"  which parts to run
 #   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
+#   SCALE_WAL_TASKS=1000                per-second tasks of the wal part
 # Membership: every simulated host heartbeats and looks at the live set every 2 s (pgbench at
 # hosts / 2 transactions a second for 30 s, 8 clients each going round its eighth of the hosts,
 # so each host ticks every 2 s): as 0.2.0's Scheduler did (the whole set each time), as
@@ -36,6 +37,13 @@
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
 # 0.2.0 could, by purge_runs and purge_firings (one statement each); then again by
 # `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart).
+# WAL: what a firing writes, per step of its life, as 0.3.0 wrote it and as this version does,
+# each in a database of its own: SCALE_WAL_TASKS per-second tasks (overlap allowed), 12 seconds
+# of their firings made by due_firings, claimed by claim_firings and completed by
+# complete_firings in batches of 100 (each a transaction), as a Worker does; bytes of WAL per
+# firing (pg_current_wal_lsn around each step, full-page images included), how many claims
+# were HOT updates (wrote no index; a completion never is one: it leaves the unfinished
+# firings' indexes), and the firings table's size.
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 cd "$ROOT_DIR"
@@ -45,7 +53,7 @@ host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
 churn_rates=(${SCALE_CHURN:-0 0.5})
-parts=" ${SCALE_PARTS:-status membership retention claims leaders} "
+parts=" ${SCALE_PARTS:-status membership retention claims leaders wal} "
 claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
 claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
 retention_rows=${SCALE_RETENTION:-5000000}
@@ -251,7 +259,73 @@ SQL
   psql_ -c "TRUNCATE rendezvous.runs CASCADE" -c "DELETE FROM rendezvous.hosts" >/dev/null 2>&1
 }
 
+wal_in() { # VERSION: one row of the wal part
+  local db=bench_wal url
+  url=${DATABASE_URL%/*}/$db
+  psql_ -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+  "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 -At -F ' ' "$url" <<SQL
+CREATE EXTENSION pg_rendezvous VERSION '$1';
+SELECT count(rendezvous.schedule_task('t' || i, 'every 1 second', overlap => 'allow')) FROM generate_series(1, ${SCALE_WAL_TASKS:-1000}) i \\g /dev/null
+CREATE TEMP TABLE due (task_id text, fire_at timestamptz);
+CREATE TEMP TABLE claimed (task_id text, fire_at timestamptz, token bigint);
+CREATE TEMP TABLE wal (made numeric, claim numeric, complete numeric, firings bigint);
+SELECT pg_stat_reset_single_table_counters('rendezvous.firings'::regclass) \\g /dev/null
+DO \$\$
+DECLARE l pg_lsn; made numeric := 0; claim numeric := 0; complete numeric := 0; n bigint := 0;
+BEGIN
+  FOR s IN 1..12 LOOP
+    PERFORM pg_sleep(1);
+    l := pg_current_wal_lsn();
+    TRUNCATE due;
+    INSERT INTO due SELECT d.task_id, d.fire_at FROM rendezvous.due_firings(10000) d;
+    COMMIT;
+    made := made + pg_wal_lsn_diff(pg_current_wal_lsn(), l);
+    FOR k IN 0..(SELECT (count(*) - 1) / 100 FROM due) LOOP
+      l := pg_current_wal_lsn();
+      TRUNCATE claimed;
+      INSERT INTO claimed
+        SELECT x.task_id, x.fire_at, c.token
+          FROM (SELECT array_agg(task_id ORDER BY task_id) ti, array_agg(fire_at ORDER BY task_id) fa
+                  FROM (SELECT * FROM due ORDER BY task_id LIMIT 100 OFFSET k * 100) q) a
+          CROSS JOIN LATERAL rendezvous.claim_firings(a.ti, a.fa, 'host-1', '30 seconds') c
+          JOIN LATERAL unnest(a.ti, a.fa) WITH ORDINALITY x(task_id, fire_at, ord) ON x.ord = c.ord
+         WHERE c.claimed;
+      COMMIT;
+      claim := claim + pg_wal_lsn_diff(pg_current_wal_lsn(), l);
+      n := n + (SELECT count(*) FROM claimed);
+      l := pg_current_wal_lsn();
+      PERFORM rendezvous.complete_firings((SELECT array_agg(task_id) FROM claimed), (SELECT array_agg(fire_at) FROM claimed),
+                                          (SELECT array_agg(token) FROM claimed));
+      COMMIT;
+      complete := complete + pg_wal_lsn_diff(pg_current_wal_lsn(), l);
+    END LOOP;
+  END LOOP;
+  INSERT INTO wal VALUES (made, claim, complete, n);
+END
+\$\$;
+SELECT pg_sleep(1) \\g /dev/null
+SELECT round(made / firings), round(claim / firings), round(complete / firings), round((claim + complete) / firings),
+       (SELECT round(100.0 * n_tup_hot_upd / firings) FROM pg_stat_user_tables WHERE relid = 'rendezvous.firings'::regclass),
+       firings, pg_table_size('rendezvous.firings') / 1024, pg_indexes_size('rendezvous.firings') / 1024
+  FROM wal;
+SQL
+  psql_ -c "DROP DATABASE $db" >/dev/null
+}
+wal() {
+  echo
+  echo "| version | WAL per firing: made (with its task's update) | claimed | completed | claimed + completed | claims that were HOT | firings | table / indexes |"
+  echo "|---|---|---|---|---|---|---|---|"
+  local v current
+  current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT_DIR/Cargo.toml" | head -1)
+  for v in 0.3.0 "$current"; do
+    wal_in "$v" | while read -r made claim complete both hot n table indexes; do
+      echo "| $v | $made B | $claim B | $complete B | **$both B** | $hot % | $(printf "%'d" "$n") | $table / $indexes kB |"
+    done
+  done
+}
+
 if [[ $parts == *" membership "* ]]; then membership; fi
+if [[ $parts == *" wal "* ]]; then wal; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
 if [[ $parts == *" claims "* ]]; then claims; fi
 
