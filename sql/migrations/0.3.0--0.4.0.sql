@@ -104,3 +104,73 @@ CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
 -- changes, and 60 % of each new page is left for the claims' row versions (firing.sql).
 DROP INDEX rendezvous.firings_open_lease;
 ALTER TABLE rendezvous.firings SET (fillfactor = 40);
+
+-- Firings in day partitions (firing.sql, #42): rendezvous.firings becomes a table partitioned
+-- by fire time. 0.3.0's table, its rows as they are (none is copied), becomes the partition of
+-- every fire time before the UTC day after its latest one, named firings_before_YYYYMMDD (that
+-- day); retention drops it whole once every firing in it is past keeping, as it drops a day.
+-- Over it only the new primary key (the key and the fire time) is built; its other indexes
+-- become the partitions' own. It leaves the extension, as the day partitions made at run time
+-- are not in it: pg_dump keeps it as a table of its own, with its rows.
+ALTER TABLE rendezvous.firings RENAME TO firings_upgraded;
+ALTER TABLE rendezvous.firings_upgraded DROP CONSTRAINT firings_pkey;
+ALTER INDEX rendezvous.firings_completed_at RENAME TO firings_upgraded_completed_at;
+ALTER INDEX rendezvous.firings_open RENAME TO firings_upgraded_open;
+ALTER INDEX rendezvous.firings_task RENAME TO firings_upgraded_task;
+ALTER INDEX rendezvous.firings_open_fire_at RENAME TO firings_upgraded_open_fire_at;
+ALTER INDEX rendezvous.firings_failed RENAME TO firings_upgraded_failed;
+ALTER INDEX rendezvous.firings_skipped RENAME TO firings_upgraded_skipped;
+ALTER INDEX rendezvous.firings_errors RENAME TO firings_upgraded_errors;
+CREATE TABLE rendezvous.firings (
+    firing_key   text NOT NULL,
+    task_id      text NOT NULL,
+    fire_at      timestamptz NOT NULL,
+    holder       text,
+    token        bigint NOT NULL,
+    claimed_at   timestamptz,
+    lease_until  timestamptz NOT NULL,
+    completed_at timestamptz,
+    attempts     integer NOT NULL DEFAULT 1,
+    failures     integer NOT NULL DEFAULT 0,
+    failed_at    timestamptz,
+    last_error   text,
+    holder_pid     integer,
+    holder_started timestamptz,
+    holder_role    oid,
+    PRIMARY KEY (firing_key, fire_at)
+) PARTITION BY RANGE (fire_at);
+COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion. In a partition a UTC day (firings_YYYYMMDD), or firings_default.';
+COMMENT ON COLUMN rendezvous.firings.holder IS
+    'The host holding the claim; NULL while nobody does: a scheduled firing not claimed yet (token 0), or one waiting to be retried after a failure.';
+CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
+CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
+CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
+CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
+CREATE TABLE rendezvous.firings_default PARTITION OF rendezvous.firings DEFAULT WITH (fillfactor = 40);
+COMMENT ON TABLE rendezvous.firings_default IS
+    'Firings of days without a partition of their own (rendezvous.firings); retention deletes them row by row.';
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_default', '');
+DO $$
+DECLARE
+    upper_ timestamptz;
+    name_ text;
+    -- The extension the table is in: pg_rendezvous, or the portable edition's pg_tle form
+    -- (any name); none for the portable edition installed with psql.
+    ext name := (SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                  WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = 'rendezvous.firings_upgraded'::regclass
+                    AND d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.deptype = 'e');
+BEGIN
+    SELECT (date_trunc('day', greatest(max(f.fire_at), pg_catalog.now()) AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC'
+      INTO upper_ FROM rendezvous.firings_upgraded f;
+    name_ := 'firings_before_' || to_char(upper_ AT TIME ZONE 'UTC', 'YYYYMMDD');
+    EXECUTE format('ALTER TABLE rendezvous.firings_upgraded RENAME TO %I', name_);
+    EXECUTE format('ALTER TABLE rendezvous.firings ATTACH PARTITION rendezvous.%I FOR VALUES FROM (MINVALUE) TO (%L)',
+                   name_, upper_);
+    IF ext IS NOT NULL THEN
+        EXECUTE format('ALTER EXTENSION %I DROP TABLE rendezvous.%I', ext, name_);
+    END IF;
+END
+$$;
