@@ -61,7 +61,7 @@ BEGIN
         -- caller keeping that lock would hold up the holder's completion (firing.rs).
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f
-         WHERE f.firing_key = key AND f.fire_at = claim_firing.fire_at
+         WHERE f.firing_key = key
            AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_);
         IF FOUND THEN
             RETURN result;
@@ -70,7 +70,7 @@ BEGIN
                                              holder_pid, holder_started, holder_role)
         VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,
                 now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role())
-        ON CONFLICT (firing_key, fire_at) DO UPDATE
+        ON CONFLICT (firing_key) DO UPDATE
            SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token),
                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,
                attempts = f.attempts + 1,
@@ -89,7 +89,7 @@ BEGIN
         -- A loser is not told the holder's token (#24).
         skipped := rendezvous._skip_overlapped(ARRAY[key], now_);
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
-          FROM rendezvous.firings f WHERE f.firing_key = key AND f.fire_at = claim_firing.fire_at;
+          FROM rendezvous.firings f WHERE f.firing_key = key;
         IF FOUND THEN
             -- Refused by the overlap policy but not skipped (its task's row was held): tried
             -- again; after the last try, this answer stands.
@@ -122,7 +122,7 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET completed_at = coalesce(f.completed_at, clock_timestamp())
-     WHERE f.firing_key = key AND f.fire_at = complete_firing.fire_at
+     WHERE f.firing_key = key
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, complete_firing.token);
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();

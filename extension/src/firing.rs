@@ -54,7 +54,7 @@ thread_local! {
                                              holder_pid, holder_started, holder_role) \
          VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7, \
                  pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()) \
-         ON CONFLICT (firing_key, fire_at) DO UPDATE \
+         ON CONFLICT (firing_key) DO UPDATE \
             SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
                 claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
                 attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
@@ -71,20 +71,19 @@ thread_local! {
     /// A firing nobody can claim now (done, or a live lease), read before the claim: the
     /// claim's `ON CONFLICT DO UPDATE` would lock its row even when its `WHERE` refuses, and a
     /// caller holding that lock (any host, another role's too, in a transaction it keeps open)
-    /// would hold up the holder's completion. Losers also write nothing this way. (The fire
-    /// time beside the key picks the one day partition to read.)
+    /// would hold up the holder's completion. Losers also write nothing this way.
     static LIVE: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until FROM rendezvous.firings f \
-          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.fire_at OPERATOR(pg_catalog.=) $3 \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
             AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, \
                                                  f.holder_started, $2)",
-        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TIMESTAMPTZOID],
+        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
     ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
     static HELD: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until \
-           FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.fire_at OPERATOR(pg_catalog.=) $2",
-        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
+           FROM rendezvous.firings f WHERE f.firing_key OPERATOR(pg_catalog.=) $1",
+        &[pg_sys::TEXTOID],
     ) };
     /// A firing the claim refused although it could be claimed: skipped by its task's overlap
     /// policy, and finished as skipped here (the row is locked by the claim).
@@ -95,9 +94,9 @@ thread_local! {
     /// A completion by the current claim's token and role (repeating it is harmless).
     static COMPLETE: KeptPlan = const { KeptPlan::new(
         "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
-          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.fire_at OPERATOR(pg_catalog.=) $3 \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
             AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, $2)",
-        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::TIMESTAMPTZOID],
+        &[pg_sys::TEXTOID, pg_sys::INT8OID],
     ) };
 }
 
@@ -274,9 +273,7 @@ unsafe fn claim(
             unsafe {
                 let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
                 if current {
-                    if let Some(row) =
-                        FirstRow::of(LIVE.with(|p| p.run(client, &[Some(key), Some(now), fire_at])))
-                    {
+                    if let Some(row) = FirstRow::of(LIVE.with(|p| p.run(client, &[Some(key), Some(now)]))) {
                         return Some(loser(row));
                     }
                 }
@@ -294,7 +291,7 @@ unsafe fn claim(
                 // Someone holds a live lease, or the firing is done (the row is locked by us now).
                 // The holder's token is not told to a loser: a token fences, it does not
                 // authenticate, so only its holder should know it (#24).
-                if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key), fire_at]))) {
+                if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
                     // Refused with nobody holding it, not completed: the overlap policy skips
                     // it. Skipped now, the loser's answer is read again (no holder, never
                     // claimable).
@@ -304,7 +301,7 @@ unsafe fn claim(
                     }
                     let skipped = FirstRow::of(SKIP.with(|p| p.run(client, &[Some(key), Some(now)])));
                     if skipped.and_then(|r| r.get::<i32>(1)).unwrap_or(0) > 0 {
-                        if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key), fire_at]))) {
+                        if let Some(row) = FirstRow::of(HELD.with(|p| p.run(client, &[Some(key)]))) {
                             return Some(loser(row));
                         }
                     }
@@ -328,17 +325,12 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     // SAFETY: PostgreSQL calls this with `complete_firing(text, timestamptz, bigint)`'s arguments;
     // the statement gets the key (a text) and the token (a bigint), as it declares.
     unsafe {
-        let fire_at = arg(fcinfo, 1);
-        let key = key(arg(fcinfo, 0), fire_at);
+        let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
-        let completed = Spi::connect(|client| {
-            let done = if holder::has_column(c"firings", c"holder_role") {
-                COMPLETE.with(|p| p.run(client, &[Some(key), Some(token), fire_at]))
-            } else {
-                compat::COMPLETE_0_3.with(|p| p.run(client, &[Some(key), Some(token)]))
-            };
-            !done.is_empty()
-        });
+        let complete =
+            if holder::has_column(c"firings", c"holder_role") { &COMPLETE } else { &compat::COMPLETE_0_3 };
+        let completed =
+            Spi::connect(|client| !complete.with(|p| p.run(client, &[Some(key), Some(token)])).is_empty());
         if completed {
             pg_sys::ForceSyncCommit();
         }

@@ -4,7 +4,7 @@
 -- goes into sql/migrations/ (the upgrade test checks they agree).
 
 CREATE TABLE rendezvous.firings (
-    firing_key   text NOT NULL,
+    firing_key   text PRIMARY KEY,
     task_id      text NOT NULL,
     fire_at      timestamptz NOT NULL,
     holder       text,
@@ -20,14 +20,15 @@ CREATE TABLE rendezvous.firings (
     holder_pid     integer,
     holder_started timestamptz,
     -- The claim's login role (0.4.0, holder.sql; added last): only its sessions act on the claim.
-    holder_role    oid,
-    -- One row a key. The key spells its fire time, so the pair is as unique as the key; a key
-    -- of a partitioned table must hold the partition column.
-    PRIMARY KEY (firing_key, fire_at)
--- In day partitions by fire time (0.4.0, #42): retention drops a day whole, where deleting its
--- rows one by one wrote WAL for each (_make_firing_partitions, _drop_firing_partitions).
-) PARTITION BY RANGE (fire_at);
-COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion. In a partition a UTC day (firings_YYYYMMDD), or firings_default.';
+    holder_role    oid
+-- 60 % of each page left free (0.4.0, #42): a firing is made, then claimed, then finished, and
+-- a claim touches no indexed column, so its new row version can stay on its page (a HOT update:
+-- no index written). Claims come in batches of one transaction, whose old versions cannot be
+-- pruned before it ends, and a claimed row is larger than a made one: a page needs room for a
+-- claim of each of its rows (at 50 %, a fifth of the claims found none). Pruning gives the room
+-- back: the table is about as large as with full pages (docs/benchmarks.md, "What a firing writes").
+) WITH (fillfactor = 40);
+COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
 COMMENT ON COLUMN rendezvous.firings.holder IS
     'The host holding the claim; NULL while nobody does: a scheduled firing not claimed yet (token 0), or one waiting to be retried after a failure.';
 CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
@@ -49,63 +50,7 @@ CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE complete
 CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
 CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
--- Every partition leaves 60 % of each page free (0.4.0, #42): a firing is made, then claimed,
--- then finished, and a claim touches no indexed column, so its new row version can stay on its
--- page (a HOT update: no index written). Claims come in batches of one transaction, whose old
--- versions cannot be pruned before it ends, and a claimed row is larger than a made one: a page
--- needs room for a claim of each of its rows (at 50 %, a fifth of the claims found none).
--- Pruning gives the room back: the table is about as large as with full pages
--- (docs/benchmarks.md, "What a firing writes").
---
--- Firings of a day without a partition of its own: made before its partition was (by
--- due_firings or prune), or claimed for a day long past.
-CREATE TABLE rendezvous.firings_default PARTITION OF rendezvous.firings DEFAULT WITH (fillfactor = 40);
-COMMENT ON TABLE rendezvous.firings_default IS
-    'Firings of days without a partition of their own (rendezvous.firings); retention deletes them row by row.';
-SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_default', '');
-
--- The name of the day partition of firings at an instant: firings_YYYYMMDD, its UTC day.
-CREATE FUNCTION rendezvous._firing_partition(at timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT 'firings_' || to_char(at AT TIME ZONE 'UTC', 'YYYYMMDD') $$;
-
--- Makes the day partitions of firings for the UTC day of now_ and the two after it, those not
--- made yet; returns how many it made. due_firings calls it when tomorrow's is missing (at most
--- once a minute a session), prune on each pass; they run as the extension's owner, who owns the
--- partitions. Not extension members: pg_dump keeps them (and their rows) as tables of their own.
--- A day whose firings are already in firings_default is left there (PostgreSQL refuses the
--- partition). Creating one locks the whole firings table: each waits at most lock_timeout
--- (a session holding any lock on it, a long status read or pg_dump, would otherwise have every
--- claim queue behind the wait) and is tried again later.
-CREATE FUNCTION rendezvous._make_firing_partitions(now_ timestamptz) RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = '100ms'
-AS $$
-DECLARE
-    day_ timestamptz;
-    made integer := 0;
-BEGIN
-    PERFORM pg_catalog.set_config('rendezvous.firing_partitions_tried', extract(epoch FROM now_)::text, false);
-    FOR d IN 0..2 LOOP
-        day_ := (date_trunc('day', now_ AT TIME ZONE 'UTC') + d * interval '1 day') AT TIME ZONE 'UTC';
-        CONTINUE WHEN to_regclass('rendezvous.' || rendezvous._firing_partition(day_)) IS NOT NULL;
-        BEGIN
-            EXECUTE format('CREATE TABLE rendezvous.%I PARTITION OF rendezvous.firings FOR VALUES FROM (%L) TO (%L)'
-                           ' WITH (fillfactor = 40)', rendezvous._firing_partition(day_), day_, day_ + interval '1 day');
-            made := made + 1;
-        EXCEPTION
-            -- Busy (lock_timeout), made by another session meanwhile, or rows of that day in
-            -- firings_default already.
-            WHEN lock_not_available OR duplicate_table OR unique_violation OR check_violation
-              OR invalid_object_definition THEN
-                NULL;
-        END;
-    END LOOP;
-    RETURN made;
-END
-$$;
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
 
 -- Validates a firing's instant: not NULL, finite, not before 0001-01-01 UTC (the key spells the
 -- year without an era: a BC instant would share an AD firing's key).
@@ -241,7 +186,7 @@ BEGIN
         SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease,
                pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()
           FROM input i ORDER BY i.fk
-        ON CONFLICT (firing_key, fire_at) DO NOTHING
+        ON CONFLICT (firing_key) DO NOTHING
         RETURNING f.firing_key
     )
     SELECT coalesce(array_agg(n.firing_key), '{}') INTO made FROM inserted n;
@@ -250,7 +195,7 @@ BEGIN
                -- The overlap policy, for a firing never claimed (schedule.sql): skipped, not claimed.
                f.token = 0 AND rendezvous._firing_overlapped(f.task_id, f.fire_at) AS overlapped
           FROM rendezvous.firings f
-         WHERE f.firing_key = ANY (due_keys) AND f.fire_at = ANY (claim_firings.fire_ats) AND NOT f.firing_key = ANY (made)
+         WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
            AND rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_)
          ORDER BY f.firing_key
            FOR UPDATE SKIP LOCKED
@@ -282,7 +227,7 @@ BEGIN
                coalesce(f.completed_at IS NOT NULL, false),
                CASE WHEN u.fire_at > now_ THEN u.fire_at ELSE f.lease_until END
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
-          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at) AND f.fire_at = u.fire_at
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
          WHERE u.fire_at > now_ OR f.firing_key IS NOT NULL
          ORDER BY u.ord;
 END
@@ -324,7 +269,6 @@ BEGIN
           FROM rendezvous.firings f
          WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
                                   FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
-           AND f.fire_at = ANY (complete_firings.fire_ats)
            AND rendezvous._is_holder_role(f.holder_role)
          ORDER BY f.firing_key
            FOR NO KEY UPDATE) l;
@@ -335,7 +279,7 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked) AND f.fire_at = ANY (complete_firings.fire_ats)
+             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked)
                AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, x.tok)
             RETURNING f.firing_key
         )
@@ -374,7 +318,7 @@ BEGIN
     UPDATE rendezvous.firings f
        SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease,
            holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
-     WHERE f.firing_key = fk AND f.fire_at = renew_firing.fire_at AND f.completed_at IS NULL
+     WHERE f.firing_key = fk AND f.completed_at IS NULL
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, renew_firing.token)
     RETURNING f.lease_until INTO until;
     RETURN until;
@@ -395,7 +339,7 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
-     WHERE f.firing_key = fk AND f.fire_at = release_firing.fire_at AND f.completed_at IS NULL
+     WHERE f.firing_key = fk AND f.completed_at IS NULL
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, release_firing.token);
     RETURN FOUND;
 END
@@ -419,12 +363,12 @@ BEGIN
     END IF;
     -- Another login role's claim is refused before its row is locked (and again after, for a
     -- claim another role took over in between), without its token.
-    SELECT rendezvous._is_holder_role(f.holder_role) INTO mine FROM rendezvous.firings f WHERE f.firing_key = fk AND f.fire_at = assert_firing.fire_at;
+    SELECT rendezvous._is_holder_role(f.holder_role) INTO mine FROM rendezvous.firings f WHERE f.firing_key = fk;
     -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
     -- fenced here commits before a new token exists, or fails.
     IF mine IS DISTINCT FROM false THEN
         SELECT f.token, f.holder, rendezvous._is_holder_role(f.holder_role) INTO current_token, current_holder, mine
-          FROM rendezvous.firings f WHERE f.firing_key = fk AND f.fire_at = assert_firing.fire_at FOR SHARE;
+          FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
     END IF;
     IF mine = false THEN
         RAISE EXCEPTION 'token % does not hold %: another role claimed it', assert_firing.token, fk
@@ -484,7 +428,7 @@ BEGIN
                          AND rendezvous._holder_gone(f.holder_pid, f.holder_started) THEN interval '0'
                     ELSE greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0') END
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
-          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at) AND f.fire_at = u.fire_at
+          LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
          ORDER BY u.i;
 END
 $$;

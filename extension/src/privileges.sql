@@ -84,8 +84,7 @@ REVOKE EXECUTE ON FUNCTION rendezvous._live_members_at(interval, timestamptz) FR
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
     rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit(),
-    rendezvous._leader_lock_held(integer, integer), rendezvous._make_firing_partitions(timestamptz),
-    rendezvous._drop_firing_partitions(interval)
+    rendezvous._leader_lock_held(integer, integer)
     FROM PUBLIC;
 
 -- The host API.

@@ -125,57 +125,8 @@ BEGIN
 END
 $$;
 
--- The day partitions of firings (firing.sql) whose day ended more than older_than ago and
--- whose every firing finished more than older_than ago, dropped whole: what _delete_step would
--- delete of them row by row, at the cost of a table's unlink. A partition is locked before it
--- is checked, so no claim adds a row to it in between; each lock waits at most lock_timeout
--- (dropping a partition also locks the whole firings table) and a busy one is tried at the next
--- pass. Returns how many it dropped.
-CREATE FUNCTION rendezvous._drop_firing_partitions(older_than interval) RETURNS integer
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-SET lock_timeout = '100ms'
-AS $$
-DECLARE
-    cutoff timestamptz := clock_timestamp() - older_than;
-    p record;
-    busy boolean;
-    dropped integer := 0;
-BEGIN
-    PERFORM rendezvous._check_older_than(older_than);
-    FOR p IN
-        SELECT b.part FROM (
-            SELECT c.oid::regclass AS part,
-                   substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([^'']*)''\)$') AS upper_bound
-              FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-             WHERE i.inhparent = 'rendezvous.firings'::regclass) b
-         WHERE b.upper_bound::timestamptz <= cutoff
-         ORDER BY b.upper_bound::timestamptz
-    LOOP
-        BEGIN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', p.part);
-            EXECUTE format('SELECT EXISTS (SELECT FROM %1$s f WHERE f.completed_at IS NULL AND f.failed_at IS NULL)'
-                           ' OR EXISTS (SELECT FROM %1$s f WHERE f.completed_at >= $1)'
-                           ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures > 0)'
-                           ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures = 0)',
-                           p.part) INTO busy USING cutoff;
-            IF NOT busy THEN
-                EXECUTE format('DROP TABLE %s', p.part);
-                dropped := dropped + 1;
-            END IF;
-        EXCEPTION
-            -- Busy; or made by hand by a role other than the extension's owner, and left to it.
-            WHEN lock_not_available OR insufficient_privilege THEN
-                NULL;
-        END;
-    END LOOP;
-    RETURN dropped;
-END
-$$;
-
 -- One bounded step of retention: at most max_rows of each kind older than its setting (see
--- _delete_step), after the firings' whole days (_drop_firing_partitions), with the partitions
--- of the days ahead made (_make_firing_partitions). A caller that got max_rows of a kind back calls again (after a pause: the
+-- _delete_step). A caller that got max_rows of a kind back calls again (after a pause: the
 -- scheduler does).
 CREATE FUNCTION rendezvous.prune(max_rows integer DEFAULT 1000)
 RETURNS TABLE (kind text, deleted bigint)
@@ -187,14 +138,8 @@ DECLARE
     s record;
 BEGIN
     PERFORM rendezvous._check_max_rows(max_rows);
-    PERFORM rendezvous._make_firing_partitions(pg_catalog.clock_timestamp());
     FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
         kind := s.kind;
-        IF s.kind = 'firings' THEN
-            -- Whole days first, then the rest row by row (not counted in deleted: their rows
-            -- are not read).
-            PERFORM rendezvous._drop_firing_partitions(s.keep);
-        END IF;
         deleted := rendezvous._delete_step(s.kind, s.keep, max_rows);
         RETURN NEXT;
     END LOOP;

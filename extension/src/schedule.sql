@@ -323,13 +323,6 @@ AS $$
 DECLARE
     one text;
 BEGIN
-    -- Tomorrow's day partition of firings made ahead (firing.sql), tried at most once a minute
-    -- a session while it cannot be made: each try may wait for the firings table's lock.
-    IF to_regclass('rendezvous.' || rendezvous._firing_partition(now_ + interval '1 day')) IS NULL
-       AND coalesce(nullif(current_setting('rendezvous.firing_partitions_tried', true), '')::double precision, 0)
-           < extract(epoch FROM now_) - 60 THEN
-        PERFORM rendezvous._make_firing_partitions(now_);
-    END IF;
     BEGIN
         PERFORM rendezvous._make_task_firings(now_, max_tasks, NULL, max_firings);
     EXCEPTION WHEN OTHERS THEN
@@ -410,7 +403,7 @@ BEGIN
           FROM decided d CROSS JOIN LATERAL unnest(d.run_at) AS r(at)
          -- In key order, as claim_firings inserts: inserts of one key wait for each other.
          ORDER BY 1
-        ON CONFLICT (firing_key, fire_at) DO NOTHING
+        ON CONFLICT (firing_key) DO NOTHING
     )
     UPDATE rendezvous.tasks tk
        SET next_fire_at = d.next_fire_at,
@@ -553,7 +546,7 @@ BEGIN
            -- A failed firing's lease never ends: no claim takes it again.
            lease_until = CASE WHEN fr.failures + 1 >= max_ THEN 'infinity'::timestamptz
                               ELSE now_ + least(backoff * power(2, least(fr.failures, 20)), interval '1 hour') END
-     WHERE fr.firing_key = fk AND fr.fire_at = fail_firing.fire_at AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
+     WHERE fr.firing_key = fk AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
        AND fr.completed_at IS NULL AND fr.failed_at IS NULL AND rendezvous._is_holder_role(fr.holder_role)
     RETURNING fr.* INTO f;
     IF NOT FOUND THEN

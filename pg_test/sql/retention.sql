@@ -84,18 +84,6 @@ RESET ROLE;
 DROP ROLE rendezvous_regress_keeper;
 
 -- Index use, whatever the history (enable_seqscan off: only a missing index shows a Seq Scan).
--- The day partitions of firings are dropped first: each plan then reads firings_default alone,
--- the same plan on any day (a day partition has the same indexes).
-DO $$
-DECLARE
-    p regclass;
-BEGIN
-    FOR p IN SELECT i.inhrelid::regclass FROM pg_inherits i
-              WHERE i.inhparent = 'rendezvous.firings'::regclass AND i.inhrelid <> 'rendezvous.firings_default'::regclass LOOP
-        EXECUTE format('DROP TABLE %s', p);
-    END LOOP;
-END
-$$;
 SET enable_seqscan = off;
 -- Retention's batches, oldest first.
 EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE completed_at < now() - interval '1 day' ORDER BY completed_at LIMIT 1000;
@@ -124,42 +112,3 @@ RESET enable_seqscan;
 -- One clock per statement in the status views: a firing's state cannot change mid-statement.
 SELECT pg_catalog.pg_get_viewdef('rendezvous.status_firings'::regclass) LIKE '%clock_timestamp%' AS volatile_clock;
 TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;
-
--- Day partitions of firings (#42): made ahead for today and the next two UTC days, each firing
--- in its day's; retention drops a day whole once every firing of it is past keeping (not
--- counted in deleted), and keeps a day with a firing unfinished; a day whose firings went to
--- firings_default before its partition was made stays there. Made as the extension's owner
--- here, as prune and due_firings make them.
-SELECT pg_catalog.set_config('role', r.rolname, false) = r.rolname AS as_owner
-  FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE n.nspname = 'rendezvous';
-SELECT rendezvous._make_firing_partitions(now()) AS made;
-SELECT array_agg(d ORDER BY d) AS days_ahead FROM generate_series(-1, 3) d
- WHERE to_regclass('rendezvous.' || rendezvous._firing_partition(now() + d * interval '1 day')) IS NOT NULL;
-SELECT rendezvous._make_firing_partitions(now()) AS made_again;
-SELECT claimed FROM rendezvous.claim_firing('days', now(), 'h');
-SELECT tableoid::regclass::text = 'rendezvous.' || rendezvous._firing_partition(now()) AS in_its_day
-  FROM rendezvous.firings WHERE task_id = 'days';
--- Five days ago: one firing finished then; four days ago: one still running; six and three: none.
-SELECT rendezvous._make_firing_partitions(now() - interval '6 days') AS made_six_to_four;
-SELECT rendezvous._make_firing_partitions(now() - interval '3 days') AS made_three_to_one;
-SELECT claimed FROM rendezvous.claim_firing('gone', now() - interval '5 days', 'h');
-SELECT rendezvous.complete_firing('gone', (SELECT fire_at FROM rendezvous.firings WHERE task_id = 'gone'), 1);
-UPDATE rendezvous.firings SET completed_at = completed_at - interval '5 days' WHERE task_id = 'gone';
-SELECT claimed FROM rendezvous.claim_firing('running', now() - interval '4 days', 'h', '1 day');
--- Ten days ago: its firing claimed before the partition was made.
-SELECT claimed FROM rendezvous.claim_firing('early', now() - interval '10 days', 'h');
-SELECT rendezvous._make_firing_partitions(now() - interval '10 days') AS made_nine_and_eight;
-SELECT task_id, tableoid::regclass::text LIKE 'rendezvous.firings\_2%' AS in_a_day FROM rendezvous.firings
- WHERE task_id IN ('gone', 'running', 'early') ORDER BY 1;
-RESET ROLE;
-SELECT kind, deleted FROM rendezvous.prune() ORDER BY kind;
-SELECT d AS days_ago, to_regclass('rendezvous.' || rendezvous._firing_partition(now() - d * interval '1 day')) IS NOT NULL AS kept
-  FROM generate_series(0, 10) d ORDER BY d DESC;
-SELECT task_id FROM rendezvous.firings WHERE task_id IN ('gone', 'running', 'early', 'days') ORDER BY 1;
--- Hosts cannot make or drop partitions themselves (prune does, as the owner).
-SET ROLE rendezvous_host;
-SELECT regress.err($$SELECT rendezvous._make_firing_partitions(now())$$);
-SELECT regress.err($$SELECT rendezvous._drop_firing_partitions('1 day')$$);
-SELECT count(*) >= 0 AS pruned FROM rendezvous.prune();
-RESET ROLE;
-TRUNCATE rendezvous.firings;

@@ -19,9 +19,6 @@ WITH ext AS (
     SELECT 'pg_catalog.pg_class'::regclass, c.oid FROM pg_catalog.pg_class c
      WHERE c.relnamespace = 'rendezvous'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
        AND NOT EXISTS (SELECT FROM ext)
-       -- The day partitions of firings (and 0.3.0's firings, upgraded) are history made at run
-       -- time, no extension members: the schema is the partitioned table and its default.
-       AND NOT (c.relispartition AND c.relname <> 'firings_default')
     UNION ALL
     SELECT 'pg_catalog.pg_type'::regclass, t.oid FROM pg_catalog.pg_type t
       LEFT JOIN pg_catalog.pg_class c ON c.oid = t.typrelid

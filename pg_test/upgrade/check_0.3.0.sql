@@ -98,22 +98,6 @@ BEGIN
             RAISE EXCEPTION 'live_members_since after upgrade';
         END IF;
     END;
-    -- 0.3.0's firings are the partition of every fire time before the day after the update,
-    -- kept as they were and outside the extension (pg_dump keeps it as a table of its own);
-    -- due_firings makes the day partitions from tomorrow on.
-    IF (SELECT count(*) FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'rendezvous.firings'::regclass AND c.relname LIKE 'firings\_before\_%'
-           AND pg_catalog.pg_get_expr(c.relpartbound, c.oid) LIKE 'FOR VALUES FROM (MINVALUE) TO %'
-           AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
-                            WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')) <> 1
-       OR EXISTS (SELECT FROM rendezvous.firings f WHERE f.tableoid::regclass::text NOT LIKE 'rendezvous.firings\_before\_%') THEN
-        RAISE EXCEPTION 'the 0.3.0 firings are not one partition of their own after upgrade: %',
-            (SELECT array_agg(DISTINCT f.tableoid::regclass::text) FROM rendezvous.firings f);
-    END IF;
-    PERFORM count(*) FROM rendezvous.due_firings();
-    IF to_regclass('rendezvous.' || rendezvous._firing_partition(pg_catalog.now() + interval '1 day')) IS NULL THEN
-        RAISE EXCEPTION 'no day partition for tomorrow after upgrade';
-    END IF;
 END
 $$;
 DROP TABLE public.before_upgrade;

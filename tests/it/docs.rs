@@ -252,9 +252,7 @@ async fn sql_md_documents_every_view_table_and_role() {
     let client = db.connect().await;
     let md = sql_md();
     let mut problems = Vec::new();
-    // Tables, partitioned ones too; the day partitions of firings made at run time are history,
-    // not schema (a fresh database has none), and have the partitioned table's columns.
-    for (heading, kinds) in [("## Views", "'v'"), ("## Tables", "'r', 'p'")] {
+    for (heading, kinds) in [("## Views", "'v'"), ("## Tables", "'r'")] {
         let rows = client
             .query(
                 &format!(
@@ -262,7 +260,6 @@ async fn sql_md_documents_every_view_table_and_role() {
                        FROM pg_class c
                        JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
                       WHERE c.relnamespace = 'rendezvous'::regnamespace AND c.relkind IN ({kinds})
-                        AND c.relname !~ '^firings_(before_)?[0-9]{{8}}$'
                       GROUP BY 1"
                 ),
                 &[],
