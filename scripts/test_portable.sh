@@ -239,7 +239,7 @@ pg_tle_form() {
            || ', winner ' || rendezvous.winner('k', ARRAY['a', 'b'])" 2>&1) || status=$?
   cluster_psql -d rendezvous_pg_tle -U rendezvous_owner -c "DROP EXTENSION IF EXISTS $name CASCADE" >/dev/null 2>&1 || true
   as_root rm -f "$extdir/$name.control" "$extdir/$name--$version.sql"
-  if [ "$status" != 0 ] || [ "${got##*$'\n'}" != "portable $version, 10 tables dumped with their rows, leader true, winner b" ]; then
+  if [ "$status" != 0 ] || [ "${got##*$'\n'}" != "portable $version, 17 tables dumped with their rows, leader true, winner b" ]; then
     echo "the pg_tle form installed as an extension answered: $got" >&2
     exit 1
   fi

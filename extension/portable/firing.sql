@@ -61,16 +61,17 @@ BEGIN
         -- caller keeping that lock would hold up the holder's completion (firing.rs).
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f
-         WHERE f.firing_key = key
+         WHERE f.firing_key = key AND f.day_mod_8 = rendezvous._day_mod_8(claim_firing.fire_at)
            AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_);
         IF FOUND THEN
             RETURN result;
         END IF;
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
-                                             holder_pid, holder_started, holder_role)
+                                             holder_pid, holder_started, holder_role, day_mod_8)
         VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,
-                now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role())
-        ON CONFLICT (firing_key) DO UPDATE
+                now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role(),
+                rendezvous._day_mod_8(claim_firing.fire_at))
+        ON CONFLICT (firing_key, day_mod_8) DO UPDATE
            SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token),
                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,
                attempts = f.attempts + 1,
@@ -89,7 +90,7 @@ BEGIN
         -- A loser is not told the holder's token (#24).
         skipped := rendezvous._skip_overlapped(ARRAY[key], now_);
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
-          FROM rendezvous.firings f WHERE f.firing_key = key;
+          FROM rendezvous.firings f WHERE f.firing_key = key AND f.day_mod_8 = rendezvous._day_mod_8(claim_firing.fire_at);
         IF FOUND THEN
             -- Refused by the overlap policy but not skipped (its task's row was held): tried
             -- again; after the last try, this answer stands.
@@ -122,7 +123,7 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET completed_at = coalesce(f.completed_at, clock_timestamp())
-     WHERE f.firing_key = key
+     WHERE f.firing_key = key AND f.day_mod_8 = rendezvous._day_mod_8(complete_firing.fire_at)
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, complete_firing.token);
     IF FOUND THEN
         PERFORM rendezvous._durable_commit();

@@ -51,10 +51,11 @@ thread_local! {
     /// login role (only that role acts on the claim).
     static CLAIM: KeptPlan = const { KeptPlan::new(
         "INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, \
-                                             holder_pid, holder_started, holder_role) \
+                                             holder_pid, holder_started, holder_role, day_mod_8) \
          VALUES ($1, $2, $3, $4, $5, $6, $6 OPERATOR(pg_catalog.+) $7, \
-                 pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()) \
-         ON CONFLICT (firing_key) DO UPDATE \
+                 pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role(), \
+                 rendezvous._day_mod_8($3)) \
+         ON CONFLICT (firing_key, day_mod_8) DO UPDATE \
             SET holder = excluded.holder, token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, excluded.token), \
                 claimed_at = excluded.claimed_at, lease_until = excluded.lease_until, \
                 attempts = f.attempts OPERATOR(pg_catalog.+) 1, \
@@ -71,13 +72,14 @@ thread_local! {
     /// A firing nobody can claim now (done, or a live lease), read before the claim: the
     /// claim's `ON CONFLICT DO UPDATE` would lock its row even when its `WHERE` refuses, and a
     /// caller holding that lock (any host, another role's too, in a transaction it keeps open)
-    /// would hold up the holder's completion. Losers also write nothing this way.
+    /// would hold up the holder's completion. Losers also write nothing this way. (The fire
+    /// time's partition named beside the key: one partition is read.)
     static LIVE: KeptPlan = const { KeptPlan::new(
         "SELECT f.holder, f.completed_at IS NOT NULL, f.lease_until FROM rendezvous.firings f \
-          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.day_mod_8 OPERATOR(pg_catalog.=) rendezvous._day_mod_8($3) \
             AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, \
                                                  f.holder_started, $2)",
-        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID],
+        &[pg_sys::TEXTOID, pg_sys::TIMESTAMPTZOID, pg_sys::TIMESTAMPTZOID],
     ) };
     /// Who holds a firing the claim did not get (the row is locked by the claim's insert).
     static HELD: KeptPlan = const { KeptPlan::new(
@@ -94,9 +96,9 @@ thread_local! {
     /// A completion by the current claim's token and role (repeating it is harmless).
     static COMPLETE: KeptPlan = const { KeptPlan::new(
         "UPDATE rendezvous.firings f SET completed_at = COALESCE(f.completed_at, pg_catalog.clock_timestamp()) \
-          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 \
+          WHERE f.firing_key OPERATOR(pg_catalog.=) $1 AND f.day_mod_8 OPERATOR(pg_catalog.=) rendezvous._day_mod_8($3) \
             AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, $2)",
-        &[pg_sys::TEXTOID, pg_sys::INT8OID],
+        &[pg_sys::TEXTOID, pg_sys::INT8OID, pg_sys::TIMESTAMPTZOID],
     ) };
 }
 
@@ -273,7 +275,9 @@ unsafe fn claim(
             unsafe {
                 let now = pg_sys::Datum::from(pg_sys::GetCurrentTimestamp());
                 if current {
-                    if let Some(row) = FirstRow::of(LIVE.with(|p| p.run(client, &[Some(key), Some(now)]))) {
+                    if let Some(row) =
+                        FirstRow::of(LIVE.with(|p| p.run(client, &[Some(key), Some(now), fire_at])))
+                    {
                         return Some(loser(row));
                     }
                 }
@@ -325,12 +329,17 @@ pub unsafe extern "C-unwind" fn rendezvous_complete_firing(
     // SAFETY: PostgreSQL calls this with `complete_firing(text, timestamptz, bigint)`'s arguments;
     // the statement gets the key (a text) and the token (a bigint), as it declares.
     unsafe {
-        let key = key(arg(fcinfo, 0), arg(fcinfo, 1));
+        let fire_at = arg(fcinfo, 1);
+        let key = key(arg(fcinfo, 0), fire_at);
         let Some(token) = arg(fcinfo, 2) else { null_argument("token") };
-        let complete =
-            if holder::has_column(c"firings", c"holder_role") { &COMPLETE } else { &compat::COMPLETE_0_3 };
-        let completed =
-            Spi::connect(|client| !complete.with(|p| p.run(client, &[Some(key), Some(token)])).is_empty());
+        let completed = Spi::connect(|client| {
+            let done = if holder::has_column(c"firings", c"holder_role") {
+                COMPLETE.with(|p| p.run(client, &[Some(key), Some(token), fire_at]))
+            } else {
+                compat::COMPLETE_0_3.with(|p| p.run(client, &[Some(key), Some(token)]))
+            };
+            !done.is_empty()
+        });
         if completed {
             pg_sys::ForceSyncCommit();
         }

@@ -3,8 +3,18 @@
 -- reach upgrades from here by themselves (sqlgen); a table or type change after a release also
 -- goes into sql/migrations/ (the upgrade test checks they agree).
 
+-- Which of the firings table's eight partitions holds a firing: its fire time's UTC day,
+-- modulo 8 (0.4.0, #42). A partition holds one day at a time while the firings' retention is
+-- at most six days: retention empties it whole once that day is past keeping
+-- (_empty_firing_days, retention.sql), days before the same partition takes the day eight
+-- after.
+CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ((floor(extract(epoch FROM fire_at) / 86400)::bigint % 8 + 8) % 8)::smallint $$;
+
 CREATE TABLE rendezvous.firings (
-    firing_key   text PRIMARY KEY,
+    firing_key   text NOT NULL,
     task_id      text NOT NULL,
     fire_at      timestamptz NOT NULL,
     holder       text,
@@ -20,17 +30,19 @@ CREATE TABLE rendezvous.firings (
     holder_pid     integer,
     holder_started timestamptz,
     -- The claim's login role (0.4.0, holder.sql; added last): only its sessions act on the claim.
-    holder_role    oid
--- 60 % of each page left free (0.4.0, #42): a firing is made, then claimed, then finished, and
--- a claim touches no indexed column, so its new row version can stay on its page (a HOT update:
--- no index written). Claims come in batches of one transaction, whose old versions cannot be
--- pruned before it ends, and a claimed row is larger than a made one: a page needs room for a
--- claim of each of its rows (at 50 %, a fifth of the claims found none). Pruning gives the room
--- back: the table is about as large as with full pages (docs/benchmarks.md, "What a firing writes").
-) WITH (fillfactor = 40);
-COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion.';
+    holder_role    oid,
+    -- Its partition (0.4.0, added last): _day_mod_8(fire_at), which every insert writes and every
+    -- lookup by key names, so that it reads one partition.
+    day_mod_8    smallint NOT NULL,
+    -- One row a key: the key spells its fire time, so with its day it is as unique as alone (a
+    -- key of a partitioned table holds the partition column).
+    PRIMARY KEY (firing_key, day_mod_8),
+    CONSTRAINT firings_day_mod_8_valid CHECK (day_mod_8 = rendezvous._day_mod_8(fire_at))
+) PARTITION BY LIST (day_mod_8);
+COMMENT ON TABLE rendezvous.firings IS 'One row per firing: its live claim (holder, token, lease on the database clock) and its completion. In eight partitions by fire time (firings_0 to firings_7: the UTC day modulo 8), each emptied whole by retention.';
 COMMENT ON COLUMN rendezvous.firings.holder IS
     'The host holding the claim; NULL while nobody does: a scheduled firing not claimed yet (token 0), or one waiting to be retried after a failure.';
+COMMENT ON COLUMN rendezvous.firings.day_mod_8 IS 'The partition: the fire time''s UTC day modulo 8 (rendezvous._day_mod_8).';
 CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
 -- Unfinished firings (few: pending, running, waiting for a retry): what due_firings and the
 -- overlap policy read.
@@ -50,7 +62,30 @@ CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE complete
 CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
 CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
-SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings', '');
+-- The partitions, made here (extension members, their rows dumped by pg_dump like every other
+-- table's). Each leaves 60 % of each page free (0.4.0, #42): a firing is made, then claimed,
+-- then finished, and a claim touches no indexed column, so its new row version can stay on its
+-- page (a HOT update: no index written). Claims come in batches of one transaction, whose old
+-- versions cannot be pruned before it ends, and a claimed row is larger than a made one: a page
+-- needs room for a claim of each of its rows (at 50 %, a fifth of the claims found none).
+-- Pruning gives the room back: the table is about as large as with full pages
+-- (docs/benchmarks.md, "What a firing writes").
+CREATE TABLE rendezvous.firings_0 PARTITION OF rendezvous.firings FOR VALUES IN (0) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_1 PARTITION OF rendezvous.firings FOR VALUES IN (1) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_2 PARTITION OF rendezvous.firings FOR VALUES IN (2) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_3 PARTITION OF rendezvous.firings FOR VALUES IN (3) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_4 PARTITION OF rendezvous.firings FOR VALUES IN (4) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_5 PARTITION OF rendezvous.firings FOR VALUES IN (5) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_6 PARTITION OF rendezvous.firings FOR VALUES IN (6) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_7 PARTITION OF rendezvous.firings FOR VALUES IN (7) WITH (fillfactor = 40);
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_0', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_1', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_2', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_3', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_4', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_5', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_6', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_7', '');
 
 -- Validates a firing's instant: not NULL, finite, not before 0001-01-01 UTC (the key spells the
 -- year without an era: a BC instant would share an AD firing's key).
@@ -156,6 +191,8 @@ AS $$
 DECLARE
     now_ timestamptz := pg_catalog.clock_timestamp();
     due_keys text[];
+    -- Their partitions (firings.day_mod_8): each statement reads those only.
+    due_days smallint[];
     made text[];
     taken text[];
     overlapped text[];
@@ -171,7 +208,8 @@ BEGIN
     PERFORM rendezvous._check_host_id(claim_firings.host_id);
     PERFORM rendezvous._check_lease(claim_firings.lease);
     -- Never before it is due by the database clock, whatever the caller's clock says.
-    SELECT coalesce(array_agg(DISTINCT rendezvous.firing_key(u.task_id, u.fire_at)), '{}') INTO due_keys
+    SELECT coalesce(array_agg(DISTINCT rendezvous.firing_key(u.task_id, u.fire_at)), '{}'),
+           coalesce(array_agg(DISTINCT rendezvous._day_mod_8(u.fire_at)), '{}') INTO due_keys, due_days
       FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) AS u(task_id, fire_at)
      WHERE u.fire_at <= now_;
     WITH input AS (
@@ -182,11 +220,12 @@ BEGIN
          ORDER BY 1
     ), inserted AS (
         INSERT INTO rendezvous.firings AS f (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
-                                             holder_pid, holder_started, holder_role)
+                                             holder_pid, holder_started, holder_role, day_mod_8)
         SELECT i.fk, i.task_id, i.fire_at, claim_firings.host_id, greatest(1, floor_), now_, now_ + claim_firings.lease,
-               pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role()
+               pg_catalog.pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role(),
+               rendezvous._day_mod_8(i.fire_at)
           FROM input i ORDER BY i.fk
-        ON CONFLICT (firing_key) DO NOTHING
+        ON CONFLICT (firing_key, day_mod_8) DO NOTHING
         RETURNING f.firing_key
     )
     SELECT coalesce(array_agg(n.firing_key), '{}') INTO made FROM inserted n;
@@ -195,7 +234,7 @@ BEGIN
                -- The overlap policy, for a firing never claimed (schedule.sql): skipped, not claimed.
                f.token = 0 AND rendezvous._firing_overlapped(f.task_id, f.fire_at) AS overlapped
           FROM rendezvous.firings f
-         WHERE f.firing_key = ANY (due_keys) AND NOT f.firing_key = ANY (made)
+         WHERE f.firing_key = ANY (due_keys) AND f.day_mod_8 = ANY (due_days) AND NOT f.firing_key = ANY (made)
            AND rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_)
          ORDER BY f.firing_key
            FOR UPDATE SKIP LOCKED
@@ -228,6 +267,7 @@ BEGIN
                CASE WHEN u.fire_at > now_ THEN u.fire_at ELSE f.lease_until END
           FROM unnest(claim_firings.task_ids, claim_firings.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, ord)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+                                        AND f.day_mod_8 = rendezvous._day_mod_8(u.fire_at)
          WHERE u.fire_at > now_ OR f.firing_key IS NOT NULL
          ORDER BY u.ord;
 END
@@ -244,6 +284,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     locked text[];
+    days smallint[];
 BEGIN
     IF complete_firings.task_ids IS NULL OR complete_firings.fire_ats IS NULL OR complete_firings.tokens IS NULL THEN
         RAISE EXCEPTION 'task_ids, fire_ats and tokens must not be NULL' USING ERRCODE = '22004';
@@ -257,6 +298,7 @@ BEGIN
             USING ERRCODE = '22004';
     END IF;
     PERFORM rendezvous._durable_commit();
+    days := ARRAY(SELECT DISTINCT rendezvous._day_mod_8(u.f) FROM unnest(complete_firings.fire_ats) AS u(f));
     -- Rows are locked in key order first: an UPDATE joined to a list takes its rows in the
     -- join's order, and two overlapping calls taking them in different orders could deadlock.
     -- The UPDATE then touches only the rows locked here: its own snapshot also sees a row a
@@ -269,7 +311,7 @@ BEGIN
           FROM rendezvous.firings f
          WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
                                   FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
-           AND rendezvous._is_holder_role(f.holder_role)
+           AND f.day_mod_8 = ANY (days) AND rendezvous._is_holder_role(f.holder_role)
          ORDER BY f.firing_key
            FOR NO KEY UPDATE) l;
     RETURN QUERY
@@ -279,7 +321,7 @@ BEGIN
               FROM (SELECT rendezvous.firing_key(u.t, u.f) AS fk, u.tok
                       FROM unnest(complete_firings.task_ids, complete_firings.fire_ats, complete_firings.tokens) AS u(t, f, tok)
                      ORDER BY 1) x
-             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked)
+             WHERE f.firing_key = x.fk AND f.firing_key = ANY (locked) AND f.day_mod_8 = ANY (days)
                AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, x.tok)
             RETURNING f.firing_key
         )
@@ -318,7 +360,7 @@ BEGIN
     UPDATE rendezvous.firings f
        SET lease_until = pg_catalog.clock_timestamp() + renew_firing.lease,
            holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started()
-     WHERE f.firing_key = fk AND f.completed_at IS NULL
+     WHERE f.firing_key = fk AND f.day_mod_8 = rendezvous._day_mod_8(renew_firing.fire_at) AND f.completed_at IS NULL
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, renew_firing.token)
     RETURNING f.lease_until INTO until;
     RETURN until;
@@ -339,7 +381,7 @@ BEGIN
         RAISE EXCEPTION 'token must not be NULL' USING ERRCODE = '22004';
     END IF;
     UPDATE rendezvous.firings f SET lease_until = pg_catalog.clock_timestamp()
-     WHERE f.firing_key = fk AND f.completed_at IS NULL
+     WHERE f.firing_key = fk AND f.day_mod_8 = rendezvous._day_mod_8(release_firing.fire_at) AND f.completed_at IS NULL
        AND rendezvous._firing_completable(f.token, f.holder, f.failed_at, f.holder_role, release_firing.token);
     RETURN FOUND;
 END
@@ -363,12 +405,12 @@ BEGIN
     END IF;
     -- Another login role's claim is refused before its row is locked (and again after, for a
     -- claim another role took over in between), without its token.
-    SELECT rendezvous._is_holder_role(f.holder_role) INTO mine FROM rendezvous.firings f WHERE f.firing_key = fk;
+    SELECT rendezvous._is_holder_role(f.holder_role) INTO mine FROM rendezvous.firings f WHERE f.firing_key = fk AND f.day_mod_8 = rendezvous._day_mod_8(assert_firing.fire_at);
     -- FOR SHARE: a takeover (which updates the row) waits for this transaction, so a write
     -- fenced here commits before a new token exists, or fails.
     IF mine IS DISTINCT FROM false THEN
         SELECT f.token, f.holder, rendezvous._is_holder_role(f.holder_role) INTO current_token, current_holder, mine
-          FROM rendezvous.firings f WHERE f.firing_key = fk FOR SHARE;
+          FROM rendezvous.firings f WHERE f.firing_key = fk AND f.day_mod_8 = rendezvous._day_mod_8(assert_firing.fire_at) FOR SHARE;
     END IF;
     IF mine = false THEN
         RAISE EXCEPTION 'token % does not hold %: another role claimed it', assert_firing.token, fk
@@ -429,6 +471,7 @@ BEGIN
                     ELSE greatest(coalesce(f.lease_until, u.fire_at) - pg_catalog.clock_timestamp(), interval '0') END
           FROM unnest(firing_states.task_ids, firing_states.fire_ats) WITH ORDINALITY AS u(task_id, fire_at, i)
           LEFT JOIN rendezvous.firings f ON f.firing_key = rendezvous.firing_key(u.task_id, u.fire_at)
+                                        AND f.day_mod_8 = rendezvous._day_mod_8(u.fire_at)
          ORDER BY u.i;
 END
 $$;

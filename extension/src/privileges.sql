@@ -84,7 +84,7 @@ REVOKE EXECUTE ON FUNCTION rendezvous._live_members_at(interval, timestamptz) FR
 -- Internal helpers: only the functions above call them (as the owner).
 REVOKE EXECUTE ON FUNCTION
     rendezvous._leader_lock_id(text), rendezvous._lock_holder(integer), rendezvous._durable_commit(),
-    rendezvous._leader_lock_held(integer, integer)
+    rendezvous._leader_lock_held(integer, integer), rendezvous._empty_firing_days(interval)
     FROM PUBLIC;
 
 -- The host API.

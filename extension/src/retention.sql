@@ -125,8 +125,53 @@ BEGIN
 END
 $$;
 
+-- The partitions of firings (firing.sql) all of whose firings finished more than older_than
+-- ago, emptied whole (TRUNCATE): what _delete_step would delete of them row by row, at the cost
+-- of a table's new file. A partition is locked before it is checked, so no claim adds a row to
+-- it in between; the lock waits at most lock_timeout (a session reading firings holds every
+-- partition until its transaction ends, and claims would queue behind a longer wait) and a busy
+-- partition is tried at the next pass. With the default retention (a day), a day's partition is
+-- emptied the day after next, six days before it takes its next day. Returns how many it emptied.
+CREATE FUNCTION rendezvous._empty_firing_days(older_than interval) RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET lock_timeout = '100ms'
+AS $$
+DECLARE
+    cutoff timestamptz := clock_timestamp() - older_than;
+    emptied integer := 0;
+    part regclass;
+    -- Whether a partition holds a firing to keep (unfinished, or finished since the cutoff).
+    keeps text := 'SELECT EXISTS (SELECT FROM %1$s f WHERE f.completed_at IS NULL AND f.failed_at IS NULL)'
+                  ' OR EXISTS (SELECT FROM %1$s f WHERE f.completed_at >= $1)'
+                  ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures > 0)'
+                  ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures = 0)';
+    skip boolean;
+    busy boolean;
+BEGIN
+    PERFORM rendezvous._check_older_than(older_than);
+    FOR d IN 0..7 LOOP
+        part := format('rendezvous.firings_%s', d)::regclass;
+        -- Read without a lock first: most passes find every partition empty or kept, and lock none.
+        EXECUTE format('SELECT NOT EXISTS (SELECT FROM %1$s) OR (' || keeps || ')', part) INTO skip USING cutoff;
+        CONTINUE WHEN skip;
+        BEGIN
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+            EXECUTE format(keeps, part) INTO busy USING cutoff;
+            IF NOT busy THEN
+                EXECUTE format('TRUNCATE %s', part);
+                emptied := emptied + 1;
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN emptied;
+END
+$$;
+
 -- One bounded step of retention: at most max_rows of each kind older than its setting (see
--- _delete_step). A caller that got max_rows of a kind back calls again (after a pause: the
+-- _delete_step), firings' partitions emptied whole first (_empty_firing_days). A caller that got max_rows of a kind back calls again (after a pause: the
 -- scheduler does).
 CREATE FUNCTION rendezvous.prune(max_rows integer DEFAULT 1000)
 RETURNS TABLE (kind text, deleted bigint)
@@ -140,6 +185,11 @@ BEGIN
     PERFORM rendezvous._check_max_rows(max_rows);
     FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
         kind := s.kind;
+        IF s.kind = 'firings' THEN
+            -- Whole partitions first, then the rest row by row (not counted in deleted: their
+            -- rows are not read).
+            PERFORM rendezvous._empty_firing_days(s.keep);
+        END IF;
         deleted := rendezvous._delete_step(s.kind, s.keep, max_rows);
         RETURN NEXT;
     END LOOP;

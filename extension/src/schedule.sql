@@ -398,12 +398,12 @@ BEGIN
                     ELSE cardinality(pl.run_at) - 1 END AS overlap_skipped
           FROM planned pl
     ), made AS (
-        INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
-        SELECT rendezvous.firing_key(d.task_id, r.at), d.task_id, r.at, NULL, 0, NULL, r.at, 0
+        INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts, day_mod_8)
+        SELECT rendezvous.firing_key(d.task_id, r.at), d.task_id, r.at, NULL, 0, NULL, r.at, 0, rendezvous._day_mod_8(r.at)
           FROM decided d CROSS JOIN LATERAL unnest(d.run_at) AS r(at)
          -- In key order, as claim_firings inserts: inserts of one key wait for each other.
          ORDER BY 1
-        ON CONFLICT (firing_key) DO NOTHING
+        ON CONFLICT (firing_key, day_mod_8) DO NOTHING
     )
     UPDATE rendezvous.tasks tk
        SET next_fire_at = d.next_fire_at,
@@ -546,7 +546,8 @@ BEGIN
            -- A failed firing's lease never ends: no claim takes it again.
            lease_until = CASE WHEN fr.failures + 1 >= max_ THEN 'infinity'::timestamptz
                               ELSE now_ + least(backoff * power(2, least(fr.failures, 20)), interval '1 hour') END
-     WHERE fr.firing_key = fk AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
+     WHERE fr.firing_key = fk AND fr.day_mod_8 = rendezvous._day_mod_8(fail_firing.fire_at)
+       AND fr.token = fail_firing.token AND fr.holder IS NOT NULL
        AND fr.completed_at IS NULL AND fr.failed_at IS NULL AND rendezvous._is_holder_role(fr.holder_role)
     RETURNING fr.* INTO f;
     IF NOT FOUND THEN

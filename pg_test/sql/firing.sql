@@ -121,22 +121,23 @@ SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t', 'u'], 
 SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY['t'], ARRAY[now()], ARRAY[NULL]::bigint[])$$);
 SELECT regress.err($$SELECT * FROM rendezvous.complete_firings(ARRAY[NULL], ARRAY[now()], ARRAY[1])$$);
 -- A claim, a takeover, a renewal and a release write no index (#42): HOT updates, as the
--- counts of this transaction show. A completion leaves the unfinished firings' indexes, so it
--- cannot be one.
+-- counts of this transaction show (in the firing's partition, its day's). A completion leaves
+-- the unfinished firings' indexes, so it cannot be one.
+SELECT format('rendezvous.firings_%s', rendezvous._day_mod_8('2026-01-01 00:00:00+00')) AS part \gset
 BEGIN;
-SELECT pg_catalog.pg_stat_get_xact_tuples_updated('rendezvous.firings'::regclass) AS updated0,
-       pg_catalog.pg_stat_get_xact_tuples_hot_updated('rendezvous.firings'::regclass) AS hot0 \gset
+SELECT pg_catalog.pg_stat_get_xact_tuples_updated(:'part'::regclass) AS updated0,
+       pg_catalog.pg_stat_get_xact_tuples_hot_updated(:'part'::regclass) AS hot0 \gset
 SELECT claimed FROM rendezvous.claim_firing('hot', '2026-01-01 00:00:00+00', 'h1');
 SELECT rendezvous.release_firing('hot', '2026-01-01 00:00:00+00', 1);
 SELECT claimed, token FROM rendezvous.claim_firing('hot', '2026-01-01 00:00:00+00', 'h2');
 SELECT rendezvous.renew_firing('hot', '2026-01-01 00:00:00+00', 2, '1 minute') IS NOT NULL AS renewed;
-SELECT pg_catalog.pg_stat_get_xact_tuples_updated('rendezvous.firings'::regclass) - :updated0 AS updated,
-       pg_catalog.pg_stat_get_xact_tuples_hot_updated('rendezvous.firings'::regclass) - :hot0 AS hot;
+SELECT pg_catalog.pg_stat_get_xact_tuples_updated(:'part'::regclass) - :updated0 AS updated,
+       pg_catalog.pg_stat_get_xact_tuples_hot_updated(:'part'::regclass) - :hot0 AS hot;
 SELECT rendezvous.complete_firing('hot', '2026-01-01 00:00:00+00', 2);
-SELECT pg_catalog.pg_stat_get_xact_tuples_updated('rendezvous.firings'::regclass) - :updated0 AS updated,
-       pg_catalog.pg_stat_get_xact_tuples_hot_updated('rendezvous.firings'::regclass) - :hot0 AS hot;
+SELECT pg_catalog.pg_stat_get_xact_tuples_updated(:'part'::regclass) - :updated0 AS updated,
+       pg_catalog.pg_stat_get_xact_tuples_hot_updated(:'part'::regclass) - :hot0 AS hot;
 ROLLBACK;
 SELECT count(*) AS firings_left FROM rendezvous.firings;
 
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
- WHERE e.extname = 'pg_rendezvous' AND c.relname IN ('firings') ORDER BY 1;
+ WHERE e.extname = 'pg_rendezvous' AND c.relname LIKE 'firings%' ORDER BY 1;

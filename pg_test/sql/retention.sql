@@ -15,16 +15,19 @@ SELECT regress.err($$SELECT rendezvous.prune(100001)$$);
 -- 1 failed for good two days ago; 4 runs finished two days ago, 1 now, 1 pending from then;
 -- 3 hosts silent for two days, 1 live.
 TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
-SELECT 'old-' || i, 'ret', now() - interval '2 days' + i * interval '1 s', 1, now() - interval '2 days', now() - interval '2 days' + i * interval '1 s'
+-- (Written directly, as superuser: each row names its partition, day_mod_8.)
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
+SELECT 'old-' || i, 'ret', now() - interval '2 days' + i * interval '1 s', 1, now() - interval '2 days', now() - interval '2 days' + i * interval '1 s',
+       rendezvous._day_mod_8(now() - interval '2 days' + i * interval '1 s')
   FROM generate_series(1, 5) i;
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
-VALUES ('new', 'ret', now(), 1, now(), now());
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until)
-VALUES ('open-1', 'ret', now() - interval '2 days', 0, now() - interval '2 days'),
-       ('open-2', 'ret', now() - interval '2 days', 0, now() - interval '2 days');
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, failures, failed_at)
-VALUES ('failed', 'ret', now() - interval '2 days', 1, now() - interval '2 days', 3, now() - interval '2 days');
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
+VALUES ('new', 'ret', now(), 1, now(), now(), rendezvous._day_mod_8(now()));
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, day_mod_8)
+VALUES ('open-1', 'ret', now() - interval '2 days', 0, now() - interval '2 days', rendezvous._day_mod_8(now() - interval '2 days')),
+       ('open-2', 'ret', now() - interval '2 days', 0, now() - interval '2 days', rendezvous._day_mod_8(now() - interval '2 days'));
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, failures, failed_at, day_mod_8)
+VALUES ('failed', 'ret', now() - interval '2 days', 1, now() - interval '2 days', 3, now() - interval '2 days',
+        rendezvous._day_mod_8(now() - interval '2 days'));
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
 SELECT 't', 'w', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days' FROM generate_series(1, 4);
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
@@ -47,9 +50,9 @@ SELECT host_id FROM rendezvous.hosts ORDER BY 1;
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
 VALUES ('t', 'old-1', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days' - interval '1 s'),
        ('t', 'old-2', '{}', 'failed', now() - interval '9 days', now() - interval '8 days');
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
-VALUES ('old-a', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days' - interval '1 s'),
-       ('old-b', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days');
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
+VALUES ('old-a', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days' - interval '1 s', rendezvous._day_mod_8(now() - interval '3 days')),
+       ('old-b', 'ret', now() - interval '3 days', 1, now(), now() - interval '3 days', rendezvous._day_mod_8(now() - interval '3 days'));
 SELECT rendezvous.purge_runs('1 day', 1) AS step_1;
 SELECT array_agg(workflow_ref ORDER BY workflow_ref) AS left_1 FROM rendezvous.runs;
 SELECT rendezvous.purge_runs('1 day', 1) AS step_2, rendezvous.purge_runs('1 day', 1) AS step_3;
@@ -84,6 +87,9 @@ RESET ROLE;
 DROP ROLE rendezvous_regress_keeper;
 
 -- Index use, whatever the history (enable_seqscan off: only a missing index shows a Seq Scan).
+-- The firings emptied first, so that each of its partitions (whichever days the rows above
+-- fell on) shows the same plan.
+TRUNCATE rendezvous.firings;
 SET enable_seqscan = off;
 -- Retention's batches, oldest first.
 EXPLAIN (COSTS OFF) SELECT firing_key FROM rendezvous.firings WHERE completed_at < now() - interval '1 day' ORDER BY completed_at LIMIT 1000;
@@ -112,3 +118,34 @@ RESET enable_seqscan;
 -- One clock per statement in the status views: a firing's state cannot change mid-statement.
 SELECT pg_catalog.pg_get_viewdef('rendezvous.status_firings'::regclass) LIKE '%clock_timestamp%' AS volatile_clock;
 TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;
+
+-- Firings in eight partitions by fire time (#42): each firing in its UTC day's (modulo 8).
+-- Retention empties a partition whole once every firing in it finished more than the retention
+-- ago (not counted in deleted), leaves one with a firing unfinished or recent, and deletes the
+-- old finished firings of that one row by row.
+SELECT claimed FROM rendezvous.claim_firing('gone', now() - interval '3 days', 'h');
+SELECT claimed FROM rendezvous.claim_firing('gone-too', now() - interval '3 days' + interval '1 minute', 'h');
+SELECT claimed FROM rendezvous.claim_firing('running', now() - interval '4 days', 'h', '1 day');
+SELECT claimed FROM rendezvous.claim_firing('old-beside-running', now() - interval '4 days' + interval '1 minute', 'h');
+SELECT claimed FROM rendezvous.claim_firing('today', now(), 'h');
+SELECT count(*) AS completed FROM rendezvous.firings f, rendezvous.complete_firing(f.task_id, f.fire_at, f.token) c
+ WHERE f.task_id IN ('gone', 'gone-too', 'old-beside-running', 'today') AND c;
+UPDATE rendezvous.firings SET completed_at = completed_at - interval '3 days' WHERE task_id <> 'today';
+SELECT task_id, tableoid::regclass::text = 'rendezvous.firings_' || rendezvous._day_mod_8(fire_at) AS in_its_day,
+       day_mod_8 = rendezvous._day_mod_8(fire_at) AS day_mod_8_right
+  FROM rendezvous.firings ORDER BY 1;
+SELECT kind, deleted FROM rendezvous.prune() ORDER BY kind;
+SELECT task_id FROM rendezvous.firings ORDER BY 1;
+SELECT count(*) AS rows_in_the_emptied FROM rendezvous.firings f
+ WHERE f.day_mod_8 = rendezvous._day_mod_8(now() - interval '3 days');
+-- The partition of a day is named beside the key in every lookup: one partition read.
+EXPLAIN (COSTS OFF) SELECT * FROM rendezvous.firings f
+ WHERE f.firing_key = 'k' AND f.day_mod_8 = rendezvous._day_mod_8('2026-01-01 00:00:00+00');
+-- A row whose day_mod_8 is not its fire time's is refused.
+SELECT regress.err($$INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, day_mod_8)
+                     VALUES ('x', 'x', '2026-01-01 00:00:00+00', 1, now(), (rendezvous._day_mod_8('2026-01-01 00:00:00+00') + 1) % 8)$$);
+-- Hosts cannot empty partitions themselves (prune does, as the owner).
+SET ROLE rendezvous_host;
+SELECT regress.err($$SELECT rendezvous._empty_firing_days('1 day')$$);
+RESET ROLE;
+TRUNCATE rendezvous.firings;

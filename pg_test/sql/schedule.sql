@@ -378,11 +378,12 @@ DROP TABLE fire;
 BEGIN;
 SELECT count(rendezvous.schedule_task('many-' || i, rendezvous.every('1 hour'))) AS tasks
   FROM generate_series(1, 200) i;
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, completed_at)
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, completed_at, day_mod_8)
 SELECT rendezvous.firing_key('many-' || i, '2026-01-01'::timestamptz + g * interval '1 hour'), 'many-' || i,
-       '2026-01-01'::timestamptz + g * interval '1 hour', 'h', 1, now(), now(), now()
+       '2026-01-01'::timestamptz + g * interval '1 hour', 'h', 1, now(), now(), now(),
+       rendezvous._day_mod_8('2026-01-01'::timestamptz + g * interval '1 hour')
   FROM generate_series(1, 200) i, generate_series(1, 5) g;
-\set firings_reads 'SELECT sum(pg_catalog.pg_stat_get_xact_tuples_returned(o)) FROM (SELECT \'rendezvous.firings\'::regclass::oid UNION ALL SELECT indexrelid FROM pg_catalog.pg_index WHERE indrelid = \'rendezvous.firings\'::regclass) r(o)'
+\set firings_reads 'SELECT sum(pg_catalog.pg_stat_get_xact_tuples_returned(o)) FROM (SELECT p.oid FROM pg_catalog.pg_class p WHERE p.oid IN (SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = \'rendezvous.firings\'::regclass) UNION ALL SELECT x.indexrelid FROM pg_catalog.pg_index x WHERE x.indrelid IN (SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = \'rendezvous.firings\'::regclass)) r(o)'
 \set next_three 'SELECT count(*) AS next_three FROM (SELECT task_id, running, pending, failed, last_error FROM rendezvous.status_tasks ORDER BY next_fire_at NULLS LAST, task_id LIMIT 3) s'
 :next_three;
 :firings_reads \gset before_

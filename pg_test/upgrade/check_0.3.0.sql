@@ -98,6 +98,12 @@ BEGIN
             RAISE EXCEPTION 'live_members_since after upgrade';
         END IF;
     END;
+    -- 0.3.0's firings are in the partitions of their days; its table is gone.
+    IF EXISTS (SELECT FROM rendezvous.firings f
+                WHERE f.tableoid::regclass::text <> 'rendezvous.firings_' || rendezvous._day_mod_8(f.fire_at))
+       OR to_regclass('rendezvous.firings_0_3') IS NOT NULL THEN
+        RAISE EXCEPTION 'the 0.3.0 firings are not in their partitions after upgrade';
+    END IF;
 END
 $$;
 DROP TABLE public.before_upgrade;

@@ -36,7 +36,8 @@
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
 # 0.2.0 could, by purge_runs and purge_firings (one statement each); then again by
-# `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart).
+# `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart); then as many
+# firings alone, of one day, which a retention pass empties with their partition (0.4.0).
 # WAL: what a firing writes, per step of its life, as 0.3.0 wrote it and as this version does,
 # each in a database of its own: SCALE_WAL_TASKS per-second tasks (overlap allowed), 12 seconds
 # of their firings made by due_firings, claimed by claim_firings and completed by
@@ -138,9 +139,9 @@ SQL
 old_history() {
   local half=$(($1 / 2))
   psql_ <<SQL
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder)
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder, day_mod_8)
 SELECT 'old' || i, 'old', now() - interval '2 days' - i * interval '1 ms', 1, now() - interval '2 days',
-       now() - interval '2 days', now() - interval '2 days', 'h'
+       now() - interval '2 days', now() - interval '2 days', 'h', rendezvous._day_mod_8(now() - interval '2 days' - i * interval '1 ms')
   FROM generate_series(1, $half) i;
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, dispatch_key, state, created_at, updated_at)
 SELECT 'old', 'w', '{}', 'old' || i, 'succeeded', now() - interval '8 days', now() - interval '8 days'
@@ -162,6 +163,18 @@ admissions() {
 wal_lsn() { psql_ -At -c "SELECT pg_current_wal_lsn()"; }
 wal_since() { psql_ -At -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), '$1'))"; }
 
+# As many old firings alone, of one UTC day two days ago, finished then: one partition of
+# firings (0.4.0), what a retention pass empties whole.
+day_history() {
+  psql_ <<SQL
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder, day_mod_8)
+SELECT 'day' || i, 'day', f, 1, f, f, f, 'h', rendezvous._day_mod_8(f)
+  FROM generate_series(1, $1) i,
+       LATERAL (SELECT date_trunc('day', now() - interval '2 days', 'UTC') + i * interval '1 day' / ($1 + 1) AS f) x;
+VACUUM ANALYZE rendezvous.firings;
+SQL
+}
+
 # deletion_row LABEL SECONDS DELAY COMMAND...: the old history made again, admissions timed
 # for 20 s, then for SECONDS while COMMAND deletes it (started DELAY seconds in), then 20 s
 # after; a table row with the WAL it wrote and how long it took.
@@ -169,7 +182,7 @@ deletion_row() {
   local label=$1 seconds=$2 delay=$3 before during after lsn start took wal deleter note=""
   local ended=$RENDEZVOUS_CLUSTER_DIR/deletion_ended
   shift 3
-  old_history "$retention_rows"
+  ${history:-old_history} "$retention_rows"
   before=$(admissions 20)
   lsn=$(wal_lsn)
   start=$(date +%s%N)
@@ -178,7 +191,7 @@ deletion_row() {
   deleter=$!
   during=$(admissions "$seconds")
   wait "$deleter"
-  took=$(( ($(cat "$ended") - start) / 1000000000 - delay ))
+  took=$(awk -v e="$(cat "$ended")" -v s="$start" -v d="$delay" 'BEGIN { printf "%.2f", (e - s) / 1e9 - d }')
   wal=$(wal_since "$lsn")
   after=$(admissions 20)
   [ "$delay" = 0 ] || note=" ($seconds s around it)"
@@ -210,6 +223,10 @@ SQL
   # An operator's purge now: the bounded purges, runs then firings, a step every 50 ms.
   deletion_row "rendezvous admin purge --older-than '1 day' (purge_runs/purge_firings(…, 1000) every 50 ms)" \
     $((retention_rows / 1000 * 60 / 1000 + 1)) 0 "$RENDEZVOUS" admin --database-url "$DATABASE_URL" purge --older-than '1 day'
+  # Firings alone (0.4.0): as many, of one day, in its partition; one retention pass, 2 s into
+  # 10 s of admissions, empties it.
+  history=day_history deletion_row "a retention pass (prune(1000)) over as many firings of one day: their partition emptied" 10 2 \
+    psql_ -c "SELECT * FROM rendezvous.prune(1000)"
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
 }
 
@@ -269,7 +286,12 @@ SELECT count(rendezvous.schedule_task('t' || i, 'every 1 second', overlap => 'al
 CREATE TEMP TABLE due (task_id text, fire_at timestamptz);
 CREATE TEMP TABLE claimed (task_id text, fire_at timestamptz, token bigint);
 CREATE TEMP TABLE wal (made numeric, claim numeric, complete numeric, firings bigint);
-SELECT pg_stat_reset_single_table_counters('rendezvous.firings'::regclass) \\g /dev/null
+-- The firings table and, from 0.4.0, its partitions.
+CREATE TEMP VIEW firings_parts AS
+    SELECT 'rendezvous.firings'::regclass AS relid
+    UNION ALL SELECT i.inhrelid::regclass FROM pg_inherits i WHERE i.inhparent = 'rendezvous.firings'::regclass;
+CREATE TEMP TABLE hot_before AS
+    SELECT coalesce(sum(n_tup_hot_upd), 0) AS hot FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM firings_parts);
 DO \$\$
 DECLARE l pg_lsn; made numeric := 0; claim numeric := 0; complete numeric := 0; n bigint := 0;
 BEGIN
@@ -305,8 +327,10 @@ END
 \$\$;
 SELECT pg_sleep(1) \\g /dev/null
 SELECT round(made / firings), round(claim / firings), round(complete / firings), round((claim + complete) / firings),
-       (SELECT round(100.0 * n_tup_hot_upd / firings) FROM pg_stat_user_tables WHERE relid = 'rendezvous.firings'::regclass),
-       firings, pg_table_size('rendezvous.firings') / 1024, pg_indexes_size('rendezvous.firings') / 1024
+       (SELECT round(100.0 * (sum(n_tup_hot_upd) - (SELECT hot FROM hot_before)) / firings) FROM pg_stat_user_tables
+         WHERE relid IN (SELECT relid FROM firings_parts)),
+       firings, (SELECT sum(pg_table_size(relid)) / 1024 FROM firings_parts),
+       (SELECT sum(pg_indexes_size(relid)) / 1024 FROM firings_parts)
   FROM wal;
 SQL
   psql_ -c "DROP DATABASE $db" >/dev/null
@@ -424,9 +448,10 @@ have=0
 for n in "${firings_sizes[@]}"; do
   if [ "$n" -gt "$have" ]; then
     psql_ <<SQL
-INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder)
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, claimed_at, completed_at, holder, day_mod_8)
 SELECT 'b' || i, 't' || (i % 20 + 1), now() - interval '1 hour' - i * interval '1 ms', 1, now() - interval '1 hour',
-       now() - interval '1 hour', now() - interval '1 hour' + (i % 1000) * interval '1 ms', 'h'
+       now() - interval '1 hour', now() - interval '1 hour' + (i % 1000) * interval '1 ms', 'h',
+       rendezvous._day_mod_8(now() - interval '1 hour' - i * interval '1 ms')
   FROM generate_series($have + 1, $n) i;
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, dispatch_key, state, created_at, updated_at)
 SELECT 't', 'w', '{}', 'k' || i, 'succeeded', now() - interval '1 hour', now() - interval '1 hour'

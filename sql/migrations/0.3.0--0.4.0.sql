@@ -100,7 +100,89 @@ CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
           OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness() / 2)
     EXECUTE FUNCTION rendezvous._membership_changed();
 
--- Claims that write no index (firing.sql, #42): no index names lease_until, which every claim
--- changes, and 60 % of each new page is left for the claims' row versions (firing.sql).
-DROP INDEX rendezvous.firings_open_lease;
-ALTER TABLE rendezvous.firings SET (fillfactor = 40);
+-- Firings in eight partitions by fire time (firing.sql, #42), which retention empties whole,
+-- each leaving 60 % of its pages for claims that write no index (no index names lease_until
+-- any more: firings_open_lease is gone). 0.3.0's table is copied into them and dropped: one
+-- pass over its rows, which retention has kept to a day of them by default.
+CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT ((floor(extract(epoch FROM fire_at) / 86400)::bigint % 8 + 8) % 8)::smallint $$;
+-- The views on it are made again after this (CREATE OR REPLACE, with their grants).
+DROP VIEW rendezvous.status_firings;
+DROP VIEW rendezvous.status_tasks;
+ALTER TABLE rendezvous.firings RENAME TO firings_0_3;
+ALTER TABLE rendezvous.firings_0_3 RENAME CONSTRAINT firings_pkey TO firings_0_3_pkey;
+ALTER INDEX rendezvous.firings_completed_at RENAME TO firings_0_3_completed_at;
+ALTER INDEX rendezvous.firings_open RENAME TO firings_0_3_open;
+ALTER INDEX rendezvous.firings_task RENAME TO firings_0_3_task;
+ALTER INDEX rendezvous.firings_open_fire_at RENAME TO firings_0_3_open_fire_at;
+ALTER INDEX rendezvous.firings_open_lease RENAME TO firings_0_3_open_lease;
+ALTER INDEX rendezvous.firings_failed RENAME TO firings_0_3_failed;
+ALTER INDEX rendezvous.firings_skipped RENAME TO firings_0_3_skipped;
+ALTER INDEX rendezvous.firings_errors RENAME TO firings_0_3_errors;
+CREATE TABLE rendezvous.firings (
+    firing_key   text NOT NULL,
+    task_id      text NOT NULL,
+    fire_at      timestamptz NOT NULL,
+    holder       text,
+    token        bigint NOT NULL,
+    claimed_at   timestamptz,
+    lease_until  timestamptz NOT NULL,
+    completed_at timestamptz,
+    attempts     integer NOT NULL DEFAULT 1,
+    failures     integer NOT NULL DEFAULT 0,
+    failed_at    timestamptz,
+    last_error   text,
+    holder_pid     integer,
+    holder_started timestamptz,
+    holder_role    oid,
+    day_mod_8    smallint NOT NULL,
+    PRIMARY KEY (firing_key, day_mod_8),
+    CONSTRAINT firings_day_mod_8_valid CHECK (day_mod_8 = rendezvous._day_mod_8(fire_at))
+) PARTITION BY LIST (day_mod_8);
+CREATE INDEX firings_completed_at ON rendezvous.firings (completed_at) WHERE completed_at IS NOT NULL;
+CREATE INDEX firings_open ON rendezvous.firings (task_id) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_task ON rendezvous.firings (task_id, fire_at);
+CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE completed_at IS NULL AND failed_at IS NULL;
+CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
+CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
+CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
+CREATE TABLE rendezvous.firings_0 PARTITION OF rendezvous.firings FOR VALUES IN (0) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_1 PARTITION OF rendezvous.firings FOR VALUES IN (1) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_2 PARTITION OF rendezvous.firings FOR VALUES IN (2) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_3 PARTITION OF rendezvous.firings FOR VALUES IN (3) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_4 PARTITION OF rendezvous.firings FOR VALUES IN (4) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_5 PARTITION OF rendezvous.firings FOR VALUES IN (5) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_6 PARTITION OF rendezvous.firings FOR VALUES IN (6) WITH (fillfactor = 40);
+CREATE TABLE rendezvous.firings_7 PARTITION OF rendezvous.firings FOR VALUES IN (7) WITH (fillfactor = 40);
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_0', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_1', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_2', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_3', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_4', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_5', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_6', '');
+SELECT pg_catalog.pg_extension_config_dump('rendezvous.firings_7', '');
+INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, completed_at,
+                                attempts, failures, failed_at, last_error, holder_pid, holder_started, holder_role,
+                                day_mod_8)
+SELECT f.firing_key, f.task_id, f.fire_at, f.holder, f.token, f.claimed_at, f.lease_until, f.completed_at,
+       f.attempts, f.failures, f.failed_at, f.last_error, f.holder_pid, f.holder_started, f.holder_role,
+       rendezvous._day_mod_8(f.fire_at)
+  FROM rendezvous.firings_0_3 f;
+-- Out of the extension first (and out of its tables pg_dump keeps): the extension is
+-- pg_rendezvous, or the portable edition's pg_tle form under any name, or none (the portable
+-- edition installed with psql).
+DO $$
+DECLARE
+    ext name := (SELECT e.extname FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
+                  WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = 'rendezvous.firings_0_3'::regclass
+                    AND d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.deptype = 'e');
+BEGIN
+    IF ext IS NOT NULL THEN
+        EXECUTE format('ALTER EXTENSION %I DROP TABLE rendezvous.firings_0_3', ext);
+    END IF;
+END
+$$;
+DROP TABLE rendezvous.firings_0_3;

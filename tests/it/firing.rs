@@ -420,8 +420,9 @@ async fn overlapping_batches_in_any_order_never_deadlock_and_each_firing_is_won_
         // Every other firing exists already, unclaimed, as due_firings makes them.
         admin
             .execute(
-                "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts)
-                 SELECT rendezvous.firing_key(t, $2), t, $2, NULL, 0, NULL, $2, 0
+                "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until, attempts,
+                                                 day_mod_8)
+                 SELECT rendezvous.firing_key(t, $2), t, $2, NULL, 0, NULL, $2, 0, rendezvous._day_mod_8($2)
                    FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) WHERE n % 2 = 0",
                 &[&due.iter().map(|f| f.task_id.clone()).collect::<Vec<_>>(), &fire_at],
             )
@@ -569,8 +570,8 @@ async fn claim_firing_and_claim_firings_decide_every_state_alike() {
                 // (holder, token, claimed_at, lease_until, completed_at, failed_at, holder_started, attempts)
                 let sql = format!(
                     "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, holder, token, claimed_at, lease_until,
-                                                     completed_at, failed_at, holder_started, attempts, holder_pid)
-                     VALUES (rendezvous.firing_key($1, $2), $1, $2, {values}, $3)"
+                                                     completed_at, failed_at, holder_started, attempts, holder_pid, day_mod_8)
+                     VALUES (rendezvous.firing_key($1, $2), $1, $2, {values}, $3, rendezvous._day_mod_8($2))"
                 );
                 admin.execute(sql.as_str(), &[&firing.task_id, &firing.fire_at, &session_pid]).await.unwrap();
             }

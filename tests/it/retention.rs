@@ -13,14 +13,15 @@ async fn a_scheduler_prunes_old_history_in_bounded_steps() {
     // some that must stay: recent, unfinished.
     admin
         .batch_execute(
-            "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
+            "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
              SELECT 'old-' || i, 'old', now() - interval '3 days' + i * interval '1 ms', 1, now() - interval '3 days',
-                    now() - interval '2 days'
+                    now() - interval '2 days', rendezvous._day_mod_8(now() - interval '3 days' + i * interval '1 ms')
                FROM generate_series(1, 2500) i;
-             INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at)
-             VALUES ('recent', 'old', now(), 1, now(), now());
-             INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until)
-             VALUES ('unfinished', 'old', now() - interval '3 days', 0, now() - interval '3 days');
+             INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
+             VALUES ('recent', 'old', now(), 1, now(), now(), rendezvous._day_mod_8(now()));
+             INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, day_mod_8)
+             VALUES ('unfinished', 'old', now() - interval '3 days', 0, now() - interval '3 days',
+                     rendezvous._day_mod_8(now() - interval '3 days'));
              INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
              SELECT 't', 'w', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days'
                FROM generate_series(1, 1500);
