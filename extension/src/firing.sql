@@ -5,9 +5,8 @@
 
 -- Which of the firings table's eight partitions holds a firing: its fire time's UTC day,
 -- modulo 8 (0.4.0, #42). A partition holds one day at a time while the firings' retention is
--- at most six days: retention empties it whole once that day is past keeping
--- (_empty_firing_days, retention.sql), days before the same partition takes the day eight
--- after.
+-- under seven days: retention empties it whole once that day is past keeping
+-- (_empty_firing_days, retention.sql), before the same partition takes the day eight after.
 CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -245,7 +244,7 @@ BEGIN
                holder_pid = pg_catalog.pg_backend_pid(), holder_started = rendezvous._session_started(),
                holder_role = rendezvous._session_role()
           FROM free
-         WHERE f.firing_key = free.firing_key AND NOT free.overlapped
+         WHERE f.firing_key = free.firing_key AND f.day_mod_8 = ANY (due_days) AND NOT free.overlapped
         RETURNING f.firing_key
     )
     SELECT coalesce((SELECT array_agg(u.firing_key) FROM updated u), '{}'),

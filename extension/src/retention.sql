@@ -127,11 +127,14 @@ $$;
 
 -- The partitions of firings (firing.sql) all of whose firings finished more than older_than
 -- ago, emptied whole (TRUNCATE): what _delete_step would delete of them row by row, at the cost
--- of a table's new file. A partition is locked before it is checked, so no claim adds a row to
--- it in between; the lock waits at most lock_timeout (a session reading firings holds every
--- partition until its transaction ends, and claims would queue behind a longer wait) and a busy
--- partition is tried at the next pass. With the default retention (a day), a day's partition is
--- emptied the day after next, six days before it takes its next day. Returns how many it emptied.
+-- of a table's new file. A partition is read without a lock first (most calls lock nothing),
+-- then locked and read again, so no claim adds a row to it in between. The lock lasts until the
+-- caller's transaction ends, and every claim reads every partition (the overlap check): prune
+-- calls this last, in its own statement. A lock waits at most lock_timeout, and once one could
+-- not be had the call stops (the next pass tries again): claims never queue behind more than
+-- one such wait. Under REPEATABLE READ or SERIALIZABLE the second read would not see rows
+-- committed since the transaction's snapshot, which TRUNCATE removes all the same: then it
+-- empties nothing (row deletes are safe under any isolation). Returns how many it emptied.
 CREATE FUNCTION rendezvous._empty_firing_days(older_than interval) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -147,23 +150,26 @@ DECLARE
                   ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures > 0)'
                   ' OR EXISTS (SELECT FROM %1$s f WHERE f.failed_at >= $1 AND f.failed_at IS NOT NULL AND f.failures = 0)';
     skip boolean;
-    busy boolean;
 BEGIN
     PERFORM rendezvous._check_older_than(older_than);
+    IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+        RETURN 0;
+    END IF;
     FOR d IN 0..7 LOOP
         part := format('rendezvous.firings_%s', d)::regclass;
-        -- Read without a lock first: most passes find every partition empty or kept, and lock none.
-        EXECUTE format('SELECT NOT EXISTS (SELECT FROM %1$s) OR (' || keeps || ')', part) INTO skip USING cutoff;
-        CONTINUE WHEN skip;
         BEGIN
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
-            EXECUTE format(keeps, part) INTO busy USING cutoff;
-            IF NOT busy THEN
-                EXECUTE format('TRUNCATE %s', part);
-                emptied := emptied + 1;
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM %1$s) OR (' || keeps || ')', part) INTO skip USING cutoff;
+            IF NOT skip THEN
+                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', part);
+                EXECUTE format(keeps, part) INTO skip USING cutoff;
+                IF NOT skip THEN
+                    EXECUTE format('TRUNCATE %s', part);
+                    emptied := emptied + 1;
+                END IF;
             END IF;
         EXCEPTION WHEN lock_not_available THEN
-            NULL;
+            -- Busy (a session holds a lock on it, or another prune is emptying it): next pass.
+            RETURN emptied;
         END;
     END LOOP;
     RETURN emptied;
@@ -171,7 +177,8 @@ END
 $$;
 
 -- One bounded step of retention: at most max_rows of each kind older than its setting (see
--- _delete_step), firings' partitions emptied whole first (_empty_firing_days). A caller that got max_rows of a kind back calls again (after a pause: the
+-- _delete_step), and then the firings' partitions that are all past keeping emptied whole
+-- (_empty_firing_days: last, so that its lock is held only to the end of the statement). A caller that got max_rows of a kind back calls again (after a pause: the
 -- scheduler does).
 CREATE FUNCTION rendezvous.prune(max_rows integer DEFAULT 1000)
 RETURNS TABLE (kind text, deleted bigint)
@@ -185,18 +192,16 @@ BEGIN
     PERFORM rendezvous._check_max_rows(max_rows);
     FOR s IN SELECT r.kind, r.keep FROM rendezvous.retention_settings r WHERE r.keep IS NOT NULL ORDER BY r.kind LOOP
         kind := s.kind;
-        IF s.kind = 'firings' THEN
-            -- Whole partitions first, then the rest row by row (not counted in deleted: their
-            -- rows are not read).
-            PERFORM rendezvous._empty_firing_days(s.keep);
-        END IF;
         deleted := rendezvous._delete_step(s.kind, s.keep, max_rows);
         RETURN NEXT;
     END LOOP;
+    -- Whole partitions of firings last (not counted in deleted: their rows are not read).
+    PERFORM rendezvous._empty_firing_days(r.keep) FROM rendezvous.retention_settings r
+      WHERE r.kind = 'firings' AND r.keep IS NOT NULL;
 END
 $$;
 COMMENT ON FUNCTION rendezvous.prune(integer) IS
-    'One bounded step of retention: deletes at most max_rows finished firings, finished runs and dead hosts older than their retention_settings, oldest first; returns how many of each. Call again while a kind returns max_rows.';
+    'One bounded step of retention: deletes at most max_rows finished firings, finished runs and dead hosts older than their retention_settings, oldest first, and empties the partitions of firings that are all past keeping; returns how many rows of each it deleted (an emptied partition''s not counted). Call again while a kind returns max_rows.';
 
 -- The purges in bounded steps: at most max_rows finished runs (firings) older than older_than,
 -- oldest first; call again while a call returns max_rows (`rendezvous admin purge` does, with

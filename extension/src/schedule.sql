@@ -501,13 +501,19 @@ AS $$
             AND f.fire_at > (SELECT pg_catalog.clock_timestamp())
           ORDER BY f.fire_at LIMIT 1)
         UNION ALL
-        -- Past their fire time and held (a live lease) or waiting for a retry: as many as run or
-        -- wait now, the part of firings_open_fire_at due_firings walks too. No index orders
-        -- leases: a claim would then write every index (firing.sql). Paused tasks' firings are
-        -- not told apart here (a probe of tasks a row would cost more than the walk): the end
-        -- of one's lease wakes a scheduler once for nothing.
-        (SELECT min(f.lease_until) FROM (SELECT pg_catalog.clock_timestamp() AS at) n, rendezvous.firings f
-          WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.fire_at <= n.at AND f.lease_until > n.at)
+        -- Past their fire time and held (a live lease) or waiting for a retry: the lease ends of
+        -- the 1,000 unfinished firings past their fire time with the latest fire times. No index
+        -- orders leases: a claim would then write every index (firing.sql). Bounded, so that a
+        -- backlog of due firings (a task nobody handles, a catch-up) costs a poll no more: a
+        -- lease behind them is seen once they are claimed, and a host polls at least every
+        -- poll interval anyway. Firings of paused tasks and of no task are not told apart here
+        -- (a probe of tasks a row would cost more than the walk): the end of one's lease wakes
+        -- a scheduler once for nothing.
+        (SELECT min(x.lease_until)
+           FROM (SELECT f.lease_until FROM rendezvous.firings f
+                  WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.fire_at <= (SELECT pg_catalog.clock_timestamp())
+                  ORDER BY f.fire_at DESC LIMIT 1000) x
+          WHERE x.lease_until > pg_catalog.clock_timestamp())
     ) x
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS

@@ -15,19 +15,20 @@ SELECT regress.err($$SELECT rendezvous.prune(100001)$$);
 -- 1 failed for good two days ago; 4 runs finished two days ago, 1 now, 1 pending from then;
 -- 3 hosts silent for two days, 1 live.
 TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signals, rendezvous.hosts;
--- (Written directly, as superuser: each row names its partition, day_mod_8.)
+-- (Written directly, as superuser: each row names its partition, day_mod_8. "Two days ago" is
+-- noon UTC of that day: the old rows share one partition at any time of day.)
+\set two_days_ago '(date_trunc(\'day\', now(), \'UTC\') - interval \'2 days\' + interval \'12 hours\')'
 INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
-SELECT 'old-' || i, 'ret', now() - interval '2 days' + i * interval '1 s', 1, now() - interval '2 days', now() - interval '2 days' + i * interval '1 s',
-       rendezvous._day_mod_8(now() - interval '2 days' + i * interval '1 s')
+SELECT 'old-' || i, 'ret', :two_days_ago + i * interval '1 s', 1, :two_days_ago, :two_days_ago + i * interval '1 s',
+       rendezvous._day_mod_8(:two_days_ago)
   FROM generate_series(1, 5) i;
 INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
 VALUES ('new', 'ret', now(), 1, now(), now(), rendezvous._day_mod_8(now()));
 INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, day_mod_8)
-VALUES ('open-1', 'ret', now() - interval '2 days', 0, now() - interval '2 days', rendezvous._day_mod_8(now() - interval '2 days')),
-       ('open-2', 'ret', now() - interval '2 days', 0, now() - interval '2 days', rendezvous._day_mod_8(now() - interval '2 days'));
+VALUES ('open-1', 'ret', :two_days_ago, 0, :two_days_ago, rendezvous._day_mod_8(:two_days_ago)),
+       ('open-2', 'ret', :two_days_ago, 0, :two_days_ago, rendezvous._day_mod_8(:two_days_ago));
 INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, failures, failed_at, day_mod_8)
-VALUES ('failed', 'ret', now() - interval '2 days', 1, now() - interval '2 days', 3, now() - interval '2 days',
-        rendezvous._day_mod_8(now() - interval '2 days'));
+VALUES ('failed', 'ret', :two_days_ago, 1, :two_days_ago, 3, :two_days_ago, rendezvous._day_mod_8(:two_days_ago));
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
 SELECT 't', 'w', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days' FROM generate_series(1, 4);
 INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
@@ -123,21 +124,30 @@ TRUNCATE rendezvous.firings, rendezvous.runs, rendezvous.steps, rendezvous.signa
 -- Retention empties a partition whole once every firing in it finished more than the retention
 -- ago (not counted in deleted), leaves one with a firing unfinished or recent, and deletes the
 -- old finished firings of that one row by row.
-SELECT claimed FROM rendezvous.claim_firing('gone', now() - interval '3 days', 'h');
-SELECT claimed FROM rendezvous.claim_firing('gone-too', now() - interval '3 days' + interval '1 minute', 'h');
-SELECT claimed FROM rendezvous.claim_firing('running', now() - interval '4 days', 'h', '1 day');
-SELECT claimed FROM rendezvous.claim_firing('old-beside-running', now() - interval '4 days' + interval '1 minute', 'h');
+-- (At noon UTC of their days: each pair shares a partition at any time of day.)
+\set noon_3_days_ago '(date_trunc(\'day\', now(), \'UTC\') - interval \'3 days\' + interval \'12 hours\')'
+\set noon_4_days_ago '(date_trunc(\'day\', now(), \'UTC\') - interval \'4 days\' + interval \'12 hours\')'
+SELECT claimed FROM rendezvous.claim_firing('gone', :noon_3_days_ago, 'h');
+SELECT claimed FROM rendezvous.claim_firing('gone-too', :noon_3_days_ago + interval '1 minute', 'h');
+SELECT claimed FROM rendezvous.claim_firing('running', :noon_4_days_ago, 'h', '1 day');
+SELECT claimed FROM rendezvous.claim_firing('old-beside-running', :noon_4_days_ago + interval '1 minute', 'h');
 SELECT claimed FROM rendezvous.claim_firing('today', now(), 'h');
 SELECT count(*) AS completed FROM rendezvous.firings f, rendezvous.complete_firing(f.task_id, f.fire_at, f.token) c
  WHERE f.task_id IN ('gone', 'gone-too', 'old-beside-running', 'today') AND c;
-UPDATE rendezvous.firings SET completed_at = completed_at - interval '3 days' WHERE task_id <> 'today';
+-- Finished long ago, the one beside the running firing first: a step of one row deletes it,
+-- and the partition of the other two is emptied.
+UPDATE rendezvous.firings
+   SET completed_at = now() - interval '3 days' - CASE task_id WHEN 'old-beside-running' THEN interval '3 minutes'
+                                                                 WHEN 'gone' THEN interval '2 minutes'
+                                                                 ELSE interval '1 minute' END
+ WHERE task_id IN ('gone', 'gone-too', 'old-beside-running');
 SELECT task_id, tableoid::regclass::text = 'rendezvous.firings_' || rendezvous._day_mod_8(fire_at) AS in_its_day,
        day_mod_8 = rendezvous._day_mod_8(fire_at) AS day_mod_8_right
   FROM rendezvous.firings ORDER BY 1;
-SELECT kind, deleted FROM rendezvous.prune() ORDER BY kind;
+SELECT kind, deleted FROM rendezvous.prune(1) ORDER BY kind;
 SELECT task_id FROM rendezvous.firings ORDER BY 1;
 SELECT count(*) AS rows_in_the_emptied FROM rendezvous.firings f
- WHERE f.day_mod_8 = rendezvous._day_mod_8(now() - interval '3 days');
+ WHERE f.day_mod_8 = rendezvous._day_mod_8(:noon_3_days_ago);
 -- The partition of a day is named beside the key in every lookup: one partition read.
 EXPLAIN (COSTS OFF) SELECT * FROM rendezvous.firings f
  WHERE f.firing_key = 'k' AND f.day_mod_8 = rendezvous._day_mod_8('2026-01-01 00:00:00+00');

@@ -9,7 +9,7 @@
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
 #   SCALE_CHURN="0 0.5"                 % of their ticks on which those hosts return after a silence
-#   SCALE_PARTS="status membership retention claims leaders wal"  which parts to run
+#   SCALE_PARTS="status membership retention days claims leaders wal"  which parts to run
 #   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 #   SCALE_WAL_TASKS=1000                per-second tasks of the wal part
@@ -36,8 +36,9 @@
 # after a retention pass over SCALE_RETENTION old finished rows made as a fleet makes it
 # (prune(1000) steps, 50 ms apart), with the WAL it wrote; then the same rows again deleted as
 # 0.2.0 could, by purge_runs and purge_firings (one statement each); then again by
-# `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart); then as many
-# firings alone, of one day, which a retention pass empties with their partition (0.4.0).
+# `rendezvous admin purge` (their bounded forms, 1,000 rows a step, 50 ms apart).
+# Days: as many firings alone, of one day, which a retention pass empties with their partition
+# (0.4.0), admissions timed as above.
 # WAL: what a firing writes, per step of its life, as 0.3.0 wrote it and as this version does,
 # each in a database of its own: SCALE_WAL_TASKS per-second tasks (overlap allowed), 12 seconds
 # of their firings made by due_firings, claimed by claim_firings and completed by
@@ -54,7 +55,7 @@ host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
 churn_rates=(${SCALE_CHURN:-0 0.5})
-parts=" ${SCALE_PARTS:-status membership retention claims leaders wal} "
+parts=" ${SCALE_PARTS:-status membership retention days claims leaders wal} "
 claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
 claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
 retention_rows=${SCALE_RETENTION:-5000000}
@@ -223,9 +224,21 @@ SQL
   # An operator's purge now: the bounded purges, runs then firings, a step every 50 ms.
   deletion_row "rendezvous admin purge --older-than '1 day' (purge_runs/purge_firings(…, 1000) every 50 ms)" \
     $((retention_rows / 1000 * 60 / 1000 + 1)) 0 "$RENDEZVOUS" admin --database-url "$DATABASE_URL" purge --older-than '1 day'
-  # Firings alone (0.4.0): as many, of one day, in its partition; one retention pass, 2 s into
-  # 10 s of admissions, empties it.
-  history=day_history deletion_row "a retention pass (prune(1000)) over as many firings of one day: their partition emptied" 10 2 \
+  psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
+}
+
+# Firings alone (0.4.0): SCALE_RETENTION firings of one day, in its partition; one retention
+# pass, 2 s into 10 s of admissions, empties it.
+days() {
+  spawn_sql=$RENDEZVOUS_CLUSTER_DIR/spawn.sql
+  cat >"$spawn_sql" <<'SQL'
+\set k random(1, 2000000000)
+SELECT rendezvous.spawn_run('bench', 'w', '{}', 'k' || :client_id || '-' || :k);
+SQL
+  echo
+  echo "| $(printf "%'d" "$retention_rows") old finished firings of one day emptied by | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
+  echo "|---|---|---|---|---|---|"
+  history=day_history deletion_row "a retention pass (prune(1000)): their partition emptied" 10 2 \
     psql_ -c "SELECT * FROM rendezvous.prune(1000)"
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
 }
@@ -329,8 +342,8 @@ SELECT pg_sleep(1) \\g /dev/null
 SELECT round(made / firings), round(claim / firings), round(complete / firings), round((claim + complete) / firings),
        (SELECT round(100.0 * (sum(n_tup_hot_upd) - (SELECT hot FROM hot_before)) / firings) FROM pg_stat_user_tables
          WHERE relid IN (SELECT relid FROM firings_parts)),
-       firings, (SELECT sum(pg_table_size(relid)) / 1024 FROM firings_parts),
-       (SELECT sum(pg_indexes_size(relid)) / 1024 FROM firings_parts)
+       firings, (SELECT sum(pg_table_size(relid))::bigint / 1024 FROM firings_parts),
+       (SELECT sum(pg_indexes_size(relid))::bigint / 1024 FROM firings_parts)
   FROM wal;
 SQL
   psql_ -c "DROP DATABASE $db" >/dev/null
@@ -351,6 +364,7 @@ wal() {
 if [[ $parts == *" membership "* ]]; then membership; fi
 if [[ $parts == *" wal "* ]]; then wal; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
+if [[ $parts == *" days "* ]]; then days; fi
 if [[ $parts == *" claims "* ]]; then claims; fi
 
 # See "Leaders" above.

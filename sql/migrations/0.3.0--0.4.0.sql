@@ -84,12 +84,6 @@ CREATE TABLE rendezvous.membership_changes (
 );
 CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
 
--- Firings skipped by the overlap policy when claimed (#42) are finished with no failure:
--- firings_failed keeps the failed for good only (the status views count those), and retention
--- finds the skipped ones through firings_skipped.
-DROP INDEX rendezvous.firings_failed;
-CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
-CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 
 -- A return after a silence of half the default staleness bumps the version (membership.sql):
 -- a heartbeat that became visible late is then learnt by readers kept by deltas.
@@ -103,7 +97,10 @@ CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
 -- Firings in eight partitions by fire time (firing.sql, #42), which retention empties whole,
 -- each leaving 60 % of its pages for claims that write no index (no index names lease_until
 -- any more: firings_open_lease is gone). 0.3.0's table is copied into them and dropped: one
--- pass over its rows, which retention has kept to a day of them by default.
+-- pass over its rows, which retention has kept to a day of them by default. (Its indexes are
+-- made anew on the partitions: firings_failed counts failed-for-good firings only, and
+-- firings_skipped finds the firings skipped by the overlap policy when claimed, which are
+-- finished with no failure.)
 CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -119,7 +116,6 @@ ALTER INDEX rendezvous.firings_task RENAME TO firings_0_3_task;
 ALTER INDEX rendezvous.firings_open_fire_at RENAME TO firings_0_3_open_fire_at;
 ALTER INDEX rendezvous.firings_open_lease RENAME TO firings_0_3_open_lease;
 ALTER INDEX rendezvous.firings_failed RENAME TO firings_0_3_failed;
-ALTER INDEX rendezvous.firings_skipped RENAME TO firings_0_3_skipped;
 ALTER INDEX rendezvous.firings_errors RENAME TO firings_0_3_errors;
 CREATE TABLE rendezvous.firings (
     firing_key   text NOT NULL,

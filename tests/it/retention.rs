@@ -14,14 +14,14 @@ async fn a_scheduler_prunes_old_history_in_bounded_steps() {
     admin
         .batch_execute(
             "INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
-             SELECT 'old-' || i, 'old', now() - interval '3 days' + i * interval '1 ms', 1, now() - interval '3 days',
-                    now() - interval '2 days', rendezvous._day_mod_8(now() - interval '3 days' + i * interval '1 ms')
-               FROM generate_series(1, 2500) i;
+             SELECT 'old-' || i, 'old', d + i * interval '1 ms', 1, d, now() - interval '2 days', rendezvous._day_mod_8(d)
+               -- Noon UTC three days ago: one partition, with the unfinished firing below, at any time of day.
+               FROM generate_series(1, 2500) i, (SELECT date_trunc('day', now(), 'UTC') - interval '60 hours' AS d) x;
              INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, completed_at, day_mod_8)
              VALUES ('recent', 'old', now(), 1, now(), now(), rendezvous._day_mod_8(now()));
              INSERT INTO rendezvous.firings (firing_key, task_id, fire_at, token, lease_until, day_mod_8)
-             VALUES ('unfinished', 'old', now() - interval '3 days', 0, now() - interval '3 days',
-                     rendezvous._day_mod_8(now() - interval '3 days'));
+             SELECT 'unfinished', 'old', d, 0, d, rendezvous._day_mod_8(d)
+               FROM (SELECT date_trunc('day', now(), 'UTC') - interval '60 hours' AS d) x;
              INSERT INTO rendezvous.runs (tenant_id, workflow_ref, input, state, created_at, updated_at)
              SELECT 't', 'w', '{}', 'succeeded', now() - interval '9 days', now() - interval '8 days'
                FROM generate_series(1, 1500);
