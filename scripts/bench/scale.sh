@@ -199,15 +199,20 @@ deletion_row() {
   echo "| $label | $before | $during$note | $after | $took s | $wal |"
 }
 
-retention() {
+# The admissions' script (what `admissions` runs) and a deletion table's head: its first column.
+deletion_table() {
   spawn_sql=$RENDEZVOUS_CLUSTER_DIR/spawn.sql
   cat >"$spawn_sql" <<'SQL'
 \set k random(1, 2000000000)
 SELECT rendezvous.spawn_run('bench', 'w', '{}', 'k' || :client_id || '-' || :k);
 SQL
   echo
-  echo "| $(printf "%'d" "$retention_rows") old finished rows deleted by | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
+  echo "| $1 | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
   echo "|---|---|---|---|---|---|"
+}
+
+retention() {
+  deletion_table "$(printf "%'d" "$retention_rows") old finished rows deleted by"
   # The fleet's way: bounded steps with pauses (as the Scheduler's retention pass runs them),
   # admissions timed for about as long as the pass takes (a step of 1,000 of each kind and its
   # pause: ~65 ms).
@@ -230,14 +235,7 @@ SQL
 # Firings alone (0.4.0): SCALE_RETENTION firings of one day, in its partition; one retention
 # pass, 2 s into 10 s of admissions, empties it.
 days() {
-  spawn_sql=$RENDEZVOUS_CLUSTER_DIR/spawn.sql
-  cat >"$spawn_sql" <<'SQL'
-\set k random(1, 2000000000)
-SELECT rendezvous.spawn_run('bench', 'w', '{}', 'k' || :client_id || '-' || :k);
-SQL
-  echo
-  echo "| $(printf "%'d" "$retention_rows") old finished firings of one day emptied by | admissions before (p50 / p99 / max) | during | after | took | WAL written |"
-  echo "|---|---|---|---|---|---|"
+  deletion_table "$(printf "%'d" "$retention_rows") old finished firings of one day emptied by"
   history=day_history deletion_row "a retention pass (prune(1000)): their partition emptied" 10 2 \
     psql_ -c "SELECT * FROM rendezvous.prune(1000)"
   psql_ -c "DELETE FROM rendezvous.runs WHERE tenant_id = 'bench'" >/dev/null
