@@ -61,6 +61,11 @@ CREATE INDEX firings_open_fire_at ON rendezvous.firings (fire_at) WHERE complete
 CREATE INDEX firings_failed ON rendezvous.firings (task_id, failed_at) WHERE failed_at IS NOT NULL AND failures > 0;
 CREATE INDEX firings_skipped ON rendezvous.firings (failed_at) WHERE failed_at IS NOT NULL AND failures = 0;
 CREATE INDEX firings_errors ON rendezvous.firings (task_id, fire_at) WHERE failures > 0;
+-- The functions that find firings by key (claim_firings, complete_firings, renew_firing, ...)
+-- plan with enable_seqscan off: each day's partition starts empty (emptied by retention), and a
+-- plan made then with its statistics (a scan of a table of no rows is cheapest) would read the
+-- whole partition on every call as the day fills it, until the next ANALYZE.
+--
 -- The partitions, made here (extension members, their rows dumped by pg_dump like every other
 -- table's). Each leaves 60 % of each page free (0.4.0, #42): a firing is made, then claimed,
 -- then finished, and a claim touches no indexed column, so its new row version can stay on its
@@ -185,6 +190,7 @@ CREATE FUNCTION rendezvous.claim_firings(
 ) RETURNS TABLE (ord integer, claimed boolean, holder text, token bigint, completed boolean, lease_until timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -280,8 +286,10 @@ CREATE FUNCTION rendezvous.complete_firings(task_ids text[], fire_ats timestampt
 RETURNS TABLE (ord integer, completed boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
+    keys text[];
     locked text[];
     days smallint[];
 BEGIN
@@ -297,6 +305,9 @@ BEGIN
             USING ERRCODE = '22004';
     END IF;
     PERFORM rendezvous._durable_commit();
+    -- The keys and their partitions as arrays: each row is then found through the key's index,
+    -- whatever the statistics of a partition a day is filling say.
+    keys := ARRAY(SELECT rendezvous.firing_key(u.t, u.f) FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f));
     days := ARRAY(SELECT DISTINCT rendezvous._day_mod_8(u.f) FROM unnest(complete_firings.fire_ats) AS u(f));
     -- Rows are locked in key order first: an UPDATE joined to a list takes its rows in the
     -- join's order, and two overlapping calls taking them in different orders could deadlock.
@@ -308,9 +319,7 @@ BEGIN
     SELECT coalesce(array_agg(l.firing_key), '{}') INTO locked FROM (
         SELECT f.firing_key
           FROM rendezvous.firings f
-         WHERE f.firing_key IN (SELECT rendezvous.firing_key(u.t, u.f)
-                                  FROM unnest(complete_firings.task_ids, complete_firings.fire_ats) AS u(t, f))
-           AND f.day_mod_8 = ANY (days) AND rendezvous._is_holder_role(f.holder_role)
+         WHERE f.firing_key = ANY (keys) AND f.day_mod_8 = ANY (days) AND rendezvous._is_holder_role(f.holder_role)
          ORDER BY f.firing_key
            FOR NO KEY UPDATE) l;
     RETURN QUERY
@@ -346,6 +355,7 @@ CREATE FUNCTION rendezvous.renew_firing(task_id text, fire_at timestamptz, token
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -371,6 +381,7 @@ COMMENT ON FUNCTION rendezvous.renew_firing(text, timestamptz, bigint, interval)
 CREATE FUNCTION rendezvous.release_firing(task_id text, fire_at timestamptz, token bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -391,6 +402,7 @@ COMMENT ON FUNCTION rendezvous.release_firing(text, timestamptz, bigint) IS
 CREATE FUNCTION rendezvous.assert_firing(task_id text, fire_at timestamptz, token bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -452,6 +464,7 @@ CREATE FUNCTION rendezvous.firing_states(task_ids text[], fire_ats timestamptz[]
 RETURNS TABLE (ord integer, claimed boolean, completed boolean, lease_remaining interval)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     IF firing_states.task_ids IS NULL OR firing_states.fire_ats IS NULL THEN
@@ -485,6 +498,7 @@ CREATE FUNCTION rendezvous.release_firing_claim(task_id text, fire_at timestampt
 RETURNS TABLE (released boolean, holder text, token bigint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -260,6 +260,7 @@ COMMENT ON FUNCTION rendezvous._firing_overlapped(text, timestamptz) IS
 CREATE FUNCTION rendezvous._skip_overlapped(keys text[], now_ timestamptz) RETURNS integer
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     n integer;
@@ -527,6 +528,7 @@ CREATE FUNCTION rendezvous.fail_firing(task_id text, fire_at timestamptz, token 
 RETURNS TABLE (recorded boolean, retry_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
