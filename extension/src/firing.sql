@@ -30,8 +30,8 @@ CREATE TABLE rendezvous.firings (
     holder_started timestamptz,
     -- The claim's login role (0.4.0, holder.sql; added last): only its sessions act on the claim.
     holder_role    oid,
-    -- Its partition (0.4.0, added last): _day_mod_8(fire_at), which every insert writes and every
-    -- lookup by key names, so that it reads one partition.
+    -- Its partition (0.4.0, added last): _day_mod_8(fire_at), which every insert writes and the
+    -- claims, completions, renewals and releases name beside the key: they read one partition.
     day_mod_8    smallint NOT NULL,
     -- One row a key: the key spells its fire time, so with its day it is as unique as alone (a
     -- key of a partitioned table holds the partition column).
