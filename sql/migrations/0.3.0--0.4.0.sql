@@ -110,6 +110,18 @@ DROP VIEW rendezvous.status_firings;
 DROP VIEW rendezvous.status_tasks;
 ALTER TABLE rendezvous.firings RENAME TO firings_0_3;
 ALTER TABLE rendezvous.firings_0_3 RENAME CONSTRAINT firings_pkey TO firings_0_3_pkey;
+-- PostgreSQL 18 names NOT NULL constraints (firings_token_not_null, ...): renamed too, or the new
+-- table's would be named apart from a fresh install's (firings_token_not_null1, ...). None before 18.
+DO $$
+DECLARE
+    c record;
+BEGIN
+    FOR c IN SELECT k.conname FROM pg_catalog.pg_constraint k
+              WHERE k.conrelid = 'rendezvous.firings_0_3'::regclass AND k.contype = 'n' LOOP
+        EXECUTE format('ALTER TABLE rendezvous.firings_0_3 RENAME CONSTRAINT %I TO %I', c.conname, 'firings_0_3_' || c.conname);
+    END LOOP;
+END
+$$;
 ALTER INDEX rendezvous.firings_completed_at RENAME TO firings_0_3_completed_at;
 ALTER INDEX rendezvous.firings_open RENAME TO firings_0_3_open;
 ALTER INDEX rendezvous.firings_task RENAME TO firings_0_3_task;
