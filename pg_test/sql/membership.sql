@@ -77,6 +77,20 @@ UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '11 s' WHER
 ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
 SELECT pg_temp.bumps() AS aged_quietly;
 SELECT rendezvous.heartbeat('m2') IS NOT NULL AS back, pg_temp.bumps() AS return;
+-- A return bumps from a silence of half the default staleness: not after 4.9 s, after 5.1 s.
+-- (The trigger writes the half out; it must be default_staleness() / 2.)
+SELECT pg_catalog.pg_get_triggerdef(t.oid)
+       LIKE '%(new.last_seen - ' || pg_catalog.quote_literal(rendezvous.default_staleness() / 2) || '::interval)%'
+       AS half_the_default_staleness
+  FROM pg_catalog.pg_trigger t WHERE t.tgname = 'hosts_changed';
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '4.9 s' WHERE host_id = 'm2';
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+SELECT rendezvous.heartbeat('m2') IS NOT NULL AS back, pg_temp.bumps() AS after_4_9_s;
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '5.1 s' WHERE host_id = 'm2';
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+SELECT rendezvous.heartbeat('m2') IS NOT NULL AS back, pg_temp.bumps() AS after_5_1_s;
 SELECT rendezvous.leave('m2') AS left, pg_temp.bumps() AS leave;
 SELECT rendezvous.leave('m2') AS left_again, pg_temp.bumps() AS unknown_leave;
 SELECT count(*) AS kinds, pg_temp.bumps() AS empty_prune FROM rendezvous.prune();

@@ -19,7 +19,9 @@
 # 0.3.0's LiveView did (live_members_since: the whole set again on any change) and as a
 # LiveView does now (live_members_delta: the changes); each client keeps its view for a
 # heartbeat round, as old as a host's is at its next look; with SCALE_CHURN % of ticks a
-# return after a silence. The database's CPU and the ticks served.
+# return after a silence. The database's CPU and the ticks served. First the tick's two calls
+# apart, as 0.3.0 made them and as this version does: a heartbeat, and a look that finds nothing
+# changed (membership_calls).
 # Claims: claim_runs by a live host that ranks late for nearly every run (one of N live hosts),
 # and by a host that is not live, with P fresh pending runs; then with 10,000 runs running
 # (held by a live session) and none runnable. A host calls claim_runs again and again on one
@@ -135,6 +137,66 @@ SQL
       done
     done
   done
+}
+
+# The two calls of a host's tick apart, as 0.3.0 made them and as this version does, each in a
+# database of its own: a heartbeat (every host beats every 2 s, no look), then a look that finds
+# nothing changed (every host live for an hour, no heartbeat; live_members_since in 0.3.0,
+# live_members_delta now, each client keeping its view for a round as above). Server CPU and WAL per
+# call, pgbench at hosts / 2 calls a second for 30 s on 8 clients.
+membership_calls() {
+  local db=bench_calls url v current n
+  url=${DATABASE_URL%/*}/$db
+  current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT_DIR/Cargo.toml" | head -1)
+  cat >"$RENDEZVOUS_CLUSTER_DIR/beat.sql" <<'SQL'
+\set i :i + 1
+\set id 1 + (:i * 8 + :client_id) % :hosts
+SELECT rendezvous.heartbeat('host-' || :id);
+SQL
+  echo
+  echo "| simulated hosts | version | call | server CPU per call | WAL per call | latency average |"
+  echo "|---:|---|---|---:|---:|---:|"
+  for n in "${fleet_sizes[@]}"; do
+    for v in 0.3.0 "$current"; do
+      local fn=live_members_delta
+      [ "$v" = 0.3.0 ] && fn=live_members_since
+      cat >"$RENDEZVOUS_CLUSTER_DIR/look.sql" <<SQL
+\set i :i + 1
+\if :i % :round = 1
+SELECT version, read_at FROM rendezvous.$fn('10 s', NULL, NULL) \gset
+\else
+SELECT version AS seen FROM rendezvous.$fn('10 s', :version, :read_at::timestamptz);
+\endif
+SQL
+      psql_ -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+      "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
+        -c "CREATE EXTENSION pg_rendezvous VERSION '$v'" \
+        -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
+        -c "VACUUM ANALYZE rendezvous.hosts" -c "CHECKPOINT" >/dev/null
+      local call script before after lsn wal out avg
+      for call in heartbeat look; do
+        script=$RENDEZVOUS_CLUSTER_DIR/beat.sql
+        if [ $call = look ]; then
+          script=$RENDEZVOUS_CLUSTER_DIR/look.sql
+          "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
+            -c "ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed" \
+            -c "UPDATE rendezvous.hosts SET last_seen = clock_timestamp() + interval '1 hour'" \
+            -c "ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed" -c "VACUUM rendezvous.hosts" >/dev/null
+        fi
+        lsn=$(psql_ -At -c "SELECT pg_current_wal_lsn()")
+        before=$(server_cpu)
+        out=$("$(pg_bindir)/pgbench" -n -M prepared -c 8 -j 2 -T 30 -R $((n / 2)) -D hosts="$n" -D i=0 \
+                -D round=$((n / 8)) -f "$script" "$url" 2>&1 | grep -E "^tps|latency average" || true)
+        after=$(server_cpu)
+        wal=$(psql_ -At -c "SELECT round((pg_current_wal_lsn() - '$lsn') / (30 * $n / 2))")
+        avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
+        local label="heartbeat"
+        [ $call = look ] && label="look, nothing changed ($fn)"
+        echo "| $(printf "%'d" "$n") | $v | $label | $(echo "scale=3; ($after - $before) * 1000 / (30 * $n / 2)" | bc) ms | $wal B | ${avg:-?} ms |"
+      done
+    done
+  done
+  psql_ -c "DROP DATABASE $db" >/dev/null
 }
 
 old_history() {
@@ -359,7 +421,7 @@ wal() {
   done
 }
 
-if [[ $parts == *" membership "* ]]; then membership; fi
+if [[ $parts == *" membership "* ]]; then membership_calls; membership; fi
 if [[ $parts == *" wal "* ]]; then wal; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
 if [[ $parts == *" days "* ]]; then days; fi

@@ -91,7 +91,7 @@ DROP TRIGGER hosts_changed ON rendezvous.hosts;
 CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
     FOR EACH ROW
     WHEN (OLD.host_id IS DISTINCT FROM NEW.host_id OR OLD.weight IS DISTINCT FROM NEW.weight
-          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - rendezvous.default_staleness() / 2)
+          OR NEW.last_seen < OLD.last_seen OR OLD.last_seen <= NEW.last_seen - interval '5 s')
     EXECUTE FUNCTION rendezvous._membership_changed();
 
 -- Firings in eight partitions by fire time (firing.sql, #42), which retention empties whole,
