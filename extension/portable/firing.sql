@@ -39,6 +39,8 @@ AS $$
 #variable_conflict use_column
 DECLARE
     key text := rendezvous.firing_key(claim_firing.task_id, claim_firing.fire_at);
+    -- Its partition: every read and the insert name it.
+    key_day smallint := rendezvous._day_mod_8(claim_firing.fire_at);
     first_token bigint;
     now_ timestamptz;
     result rendezvous.firing_claim;
@@ -61,7 +63,7 @@ BEGIN
         -- caller keeping that lock would hold up the holder's completion (firing.rs).
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
           FROM rendezvous.firings f
-         WHERE f.firing_key = key AND f.day_mod_8 = rendezvous._day_mod_8(claim_firing.fire_at)
+         WHERE f.firing_key = key AND f.day_mod_8 = key_day
            AND NOT rendezvous._firing_claimable(f.completed_at, f.lease_until, f.holder, f.holder_pid, f.holder_started, now_);
         IF FOUND THEN
             RETURN result;
@@ -70,7 +72,7 @@ BEGIN
                                              holder_pid, holder_started, holder_role, day_mod_8)
         VALUES (key, claim_firing.task_id, claim_firing.fire_at, claim_firing.host_id, first_token, now_,
                 now_ + claim_firing.lease, pg_backend_pid(), rendezvous._session_started(), rendezvous._session_role(),
-                rendezvous._day_mod_8(claim_firing.fire_at))
+                key_day)
         ON CONFLICT (firing_key, day_mod_8) DO UPDATE
            SET holder = excluded.holder, token = greatest(f.token + 1, excluded.token),
                claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,
@@ -90,7 +92,7 @@ BEGIN
         -- A loser is not told the holder's token (#24).
         skipped := rendezvous._skip_overlapped(ARRAY[key], now_);
         SELECT false, f.holder, NULL::bigint, f.completed_at IS NOT NULL, f.lease_until INTO result
-          FROM rendezvous.firings f WHERE f.firing_key = key AND f.day_mod_8 = rendezvous._day_mod_8(claim_firing.fire_at);
+          FROM rendezvous.firings f WHERE f.firing_key = key AND f.day_mod_8 = key_day;
         IF FOUND THEN
             -- Refused by the overlap policy but not skipped (its task's row was held): tried
             -- again; after the last try, this answer stands.

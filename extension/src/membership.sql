@@ -48,15 +48,21 @@ SELECT v, v FROM (SELECT (EXTRACT(epoch FROM pg_catalog.clock_timestamp()) * 100
 -- The changes behind each version (0.4.0, #42): which hosts a bump was about. A reader that
 -- kept its view at version v reads the hosts changed after v and those that went silent since,
 -- not the whole set (live_members_delta): a fleet where hosts come and go keeps its looks O(the
--- changes), where re-reading the set on every change made each look O(the fleet). Kept for
--- _membership_changes_kept(); an older view is read again whole. Not dumped, like the version.
+-- changes), where re-reading the set on every change made each look O(the fleet). Each change
+-- carries the host's row as the change left it, so a reader needs no lookup of a host whose
+-- last heartbeat there is still within its staleness. Kept for _membership_changes_kept(); an
+-- older view is read again whole. Not dumped, like the version.
 CREATE TABLE rendezvous.membership_changes (
     version    bigint NOT NULL,
     host_id    text NOT NULL,
-    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    weight     double precision,
+    last_seen  timestamptz
 );
 COMMENT ON TABLE rendezvous.membership_changes IS
     'The hosts each bump of membership_version was about (a join, a return after silence, a weight change, a leave), kept for 10 minutes.';
+COMMENT ON COLUMN rendezvous.membership_changes.weight IS 'The host''s weight as the change left it; NULL when the host left.';
+COMMENT ON COLUMN rendezvous.membership_changes.last_seen IS 'The host''s last heartbeat as the change left it; NULL when the host left.';
 CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
 
 -- How long the changes are kept: a view older than this is read again whole.
@@ -89,7 +95,8 @@ BEGIN
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO rendezvous.membership_changes (version, host_id) SELECT v, g.host_id FROM gone g;
     ELSE
-        INSERT INTO rendezvous.membership_changes (version, host_id) VALUES (v, NEW.host_id);
+        INSERT INTO rendezvous.membership_changes (version, host_id, weight, last_seen)
+        VALUES (v, NEW.host_id, NEW.weight, NEW.last_seen);
         IF TG_OP = 'UPDATE' THEN
             IF OLD.host_id IS DISTINCT FROM NEW.host_id THEN
                 INSERT INTO rendezvous.membership_changes (version, host_id) VALUES (v, OLD.host_id);
@@ -306,21 +313,35 @@ BEGIN
         RETURN;
     END IF;
     IF NOT whole THEN
-        WITH touched AS (
-            -- Hosts changed after the view (membership_changes_version), then as they are now.
-            SELECT DISTINCT c.host_id FROM rendezvous.membership_changes c
+        WITH latest AS (
+            -- Each host changed after the view (membership_changes_version), as its last
+            -- change left it: its weight and last heartbeat, or NULLs for a host that left.
+            SELECT DISTINCT ON (c.host_id) c.host_id, c.weight, c.last_seen
+              FROM rendezvous.membership_changes c
              WHERE c.version > known_version AND c.version <= live_members_delta.version
-            UNION
-            -- Hosts gone silent since the view was read (hosts_last_seen).
-            SELECT h.host_id FROM rendezvous.hosts h
-             WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
+             ORDER BY c.host_id, c.version DESC
         ), now_ AS (
-            -- Each touched host looked up by its key (hosts_pkey): LIMIT keeps the planner from
-            -- turning this into a join that reads every host.
-            SELECT t.host_id, x.weight, coalesce(x.live, false) AS live
-              FROM touched t
+            -- Live now when that last heartbeat is within the staleness: last_seen moves only
+            -- forward without a change (moving back is one), and so does the weight. Gone
+            -- when the host left.
+            SELECT l.host_id, l.weight, l.last_seen IS NOT NULL AS live
+              FROM latest l WHERE l.last_seen IS NULL OR l.last_seen > now_ts - staleness
+            UNION ALL
+            -- An older heartbeat there (the change was a step back in time, or committed long
+            -- after it was made) says nothing of the heartbeats since, which changed nothing:
+            -- looked up by its key (hosts_pkey; LIMIT keeps the planner from turning this into
+            -- a join that reads every host).
+            SELECT l.host_id, x.weight, coalesce(x.live, false)
+              FROM latest l
               LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
-                                   FROM rendezvous.hosts h WHERE h.host_id = t.host_id LIMIT 1) x ON true
+                                   FROM rendezvous.hosts h WHERE h.host_id = l.host_id LIMIT 1) x ON true
+             WHERE l.last_seen <= now_ts - staleness
+            UNION ALL
+            -- Hosts gone silent since the view was read (hosts_last_seen) and not changed since
+            -- it (a changed one is answered above, as of the version returned).
+            SELECT h.host_id, NULL, false FROM rendezvous.hosts h
+             WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
+               AND NOT EXISTS (SELECT 1 FROM latest l WHERE l.host_id = h.host_id)
         )
         SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
                coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),

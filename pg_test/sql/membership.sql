@@ -146,6 +146,19 @@ SELECT pg_sleep(0.3);
 SELECT * FROM pg_temp.delta() AS gone_silent;
 SELECT rendezvous.heartbeat('d3') IS NOT NULL AS back;
 SELECT * FROM pg_temp.delta() AS came_back;
+-- A change that leaves an old last heartbeat (a step back in time) is looked up, not taken
+-- from the change: the host is removed while it stays silent, and live again once it beat
+-- since, though that beat changed nothing (moved forward behind the triggers' back here, as a
+-- heartbeat within half the staleness of the last one does).
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '11 s' WHERE host_id = 'd3';
+SELECT * FROM pg_temp.delta() AS stepped_back;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() - interval '12 s' WHERE host_id = 'd3';
+ALTER TABLE rendezvous.hosts DISABLE TRIGGER hosts_changed;
+UPDATE rendezvous.hosts SET last_seen = clock_timestamp() WHERE host_id = 'd3';
+ALTER TABLE rendezvous.hosts ENABLE TRIGGER hosts_changed;
+SELECT * FROM pg_temp.delta() AS beat_since;
+SELECT c.weight, c.last_seen < clock_timestamp() - interval '11 s' AS stepped_back
+  FROM rendezvous.membership_changes c WHERE c.host_id = 'd3' ORDER BY c.version DESC LIMIT 1;
 -- Hosts that come and go in one statement share one version; a view from before the changes
 -- kept, from another database, a shorter staleness and a read from the future get the set.
 DELETE FROM rendezvous.hosts WHERE host_id IN ('d1', 'd3');

@@ -80,7 +80,9 @@ ALTER TABLE rendezvous.membership_version ALTER COLUMN changes_from SET NOT NULL
 CREATE TABLE rendezvous.membership_changes (
     version    bigint NOT NULL,
     host_id    text NOT NULL,
-    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+    changed_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+    weight     double precision,
+    last_seen  timestamptz
 );
 CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
 
