@@ -93,7 +93,11 @@ BEGIN
         DELETE FROM rendezvous.membership_changes;
         RETURN NULL;
     ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO rendezvous.membership_changes (version, host_id) SELECT v, g.host_id FROM gone g;
+        -- As the statement left each host: gone, or back (a statement that deleted and
+        -- inserted it again, whose row events came first).
+        INSERT INTO rendezvous.membership_changes (version, host_id, weight, last_seen)
+        SELECT v, g.host_id, h.weight, h.last_seen
+          FROM gone g LEFT JOIN rendezvous.hosts h ON h.host_id = g.host_id;
     ELSE
         INSERT INTO rendezvous.membership_changes (version, host_id, weight, last_seen)
         VALUES (v, NEW.host_id, NEW.weight, NEW.last_seen);
@@ -320,12 +324,21 @@ BEGIN
               FROM rendezvous.membership_changes c
              WHERE c.version > known_version AND c.version <= live_members_delta.version
              ORDER BY c.host_id, c.version DESC
+        ), silent AS (
+            -- Hosts gone silent since the view was read (hosts_last_seen): not live now,
+            -- whatever a change says of them (a later one, or a write behind the triggers' back).
+            SELECT h.host_id FROM rendezvous.hosts h
+             WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
         ), now_ AS (
+            SELECT s.host_id, NULL::double precision AS weight, false AS live FROM silent s
+            UNION ALL
             -- Live now when that last heartbeat is within the staleness: last_seen moves only
             -- forward without a change (moving back is one), and so does the weight. Gone
             -- when the host left.
-            SELECT l.host_id, l.weight, l.last_seen IS NOT NULL AS live
-              FROM latest l WHERE l.last_seen IS NULL OR l.last_seen > now_ts - staleness
+            SELECT l.host_id, l.weight, l.last_seen IS NOT NULL
+              FROM latest l
+             WHERE (l.last_seen IS NULL OR l.last_seen > now_ts - staleness)
+               AND NOT EXISTS (SELECT 1 FROM silent s WHERE s.host_id = l.host_id)
             UNION ALL
             -- An older heartbeat there (the change was a step back in time, or committed long
             -- after it was made) says nothing of the heartbeats since, which changed nothing:
@@ -336,12 +349,7 @@ BEGIN
               LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
                                    FROM rendezvous.hosts h WHERE h.host_id = l.host_id LIMIT 1) x ON true
              WHERE l.last_seen <= now_ts - staleness
-            UNION ALL
-            -- Hosts gone silent since the view was read (hosts_last_seen) and not changed since
-            -- it (a changed one is answered above, as of the version returned).
-            SELECT h.host_id, NULL, false FROM rendezvous.hosts h
-             WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
-               AND NOT EXISTS (SELECT 1 FROM latest l WHERE l.host_id = h.host_id)
+               AND NOT EXISTS (SELECT 1 FROM silent s WHERE s.host_id = l.host_id)
         )
         SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
                coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
