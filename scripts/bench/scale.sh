@@ -64,8 +64,11 @@ retention_rows=${SCALE_RETENTION:-5000000}
 psql_() { "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
 
 # CPU seconds the server has used so far: the postmaster's exited children and the live ones.
+# After a second's pause: a backend still exiting when its client is done would be counted
+# neither among the live children nor yet in the postmaster's exited ones.
 server_cpu() {
   local pm hz ticks
+  sleep 1
   hz=$(getconf CLK_TCK)
   pm=$(head -1 "$RENDEZVOUS_CLUSTER_DIR/data/postmaster.pid")
   ticks=$(awk '{print $14 + $15 + $16 + $17}' "/proc/$pm/stat")
@@ -114,9 +117,11 @@ SQL
     for churn in "${churn_rates[@]}"; do
       for way in old since delta; do
         # Every host live at the start (a way that fell behind leaves hosts silent, and their
-        # return would be a change for the next).
+        # return would be a change for the next). The version row compacted: joins in one
+        # statement left thousands of its versions, where a fleet's hosts join one a transaction.
         psql_ -c "DELETE FROM rendezvous.hosts" -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
-              -c "VACUUM rendezvous.hosts, rendezvous.membership_version, rendezvous.membership_changes" >/dev/null
+              -c "VACUUM FULL rendezvous.membership_version" \
+              -c "VACUUM rendezvous.hosts, rendezvous.membership_changes" >/dev/null
         local script=$RENDEZVOUS_CLUSTER_DIR/tick_$way.sql rate=$((n / 2)) before after out
         # A client's ticks in a heartbeat round: its share of the fleet's 2 s.
         local round=$(( n / 8 ))
@@ -172,7 +177,7 @@ SQL
       "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
         -c "CREATE EXTENSION pg_rendezvous VERSION '$v'" \
         -c "SELECT count(rendezvous.heartbeat('host-' || i)) FROM generate_series(1, $n) i" \
-        -c "VACUUM ANALYZE rendezvous.hosts" -c "CHECKPOINT" >/dev/null
+        -c "VACUUM FULL rendezvous.membership_version" -c "VACUUM ANALYZE rendezvous.hosts" -c "CHECKPOINT" >/dev/null
       local call script before after lsn wal out avg
       for call in heartbeat look; do
         script=$RENDEZVOUS_CLUSTER_DIR/beat.sql
