@@ -61,8 +61,8 @@ CREATE TABLE rendezvous.membership_changes (
 );
 COMMENT ON TABLE rendezvous.membership_changes IS
     'The hosts each bump of membership_version was about (a join, a return after silence, a weight change, a leave), kept for 10 minutes.';
-COMMENT ON COLUMN rendezvous.membership_changes.weight IS 'The host''s weight as the change left it; NULL when the host left.';
-COMMENT ON COLUMN rendezvous.membership_changes.last_seen IS 'The host''s last heartbeat as the change left it; NULL when the host left.';
+COMMENT ON COLUMN rendezvous.membership_changes.weight IS 'The host''s weight as the change left it; NULL when the host left (or took another id).';
+COMMENT ON COLUMN rendezvous.membership_changes.last_seen IS 'The host''s last heartbeat as the change left it; NULL when the host left (or took another id).';
 CREATE INDEX membership_changes_version ON rendezvous.membership_changes (version);
 
 -- How long the changes are kept: a view older than this is read again whole.
