@@ -78,6 +78,18 @@ server_cpu() {
   echo "scale=2; $ticks / $hz" | bc
 }
 
+# A host's look at the live set through FN, keeping its view for a round (:round ticks of a
+# pgbench client): the whole set at the round's start, then the changes since.
+look_step() {
+  cat <<SQL
+\if :i % :round = 1
+SELECT version, read_at FROM rendezvous.$1('10 s', NULL, NULL) \gset
+\else
+SELECT version AS seen FROM rendezvous.$1('10 s', :version, :read_at::timestamptz);
+\endif
+SQL
+}
+
 membership() {
   local tx=$RENDEZVOUS_CLUSTER_DIR/tick_old.sql
   # Each simulated host returns after a silence on churn % of its ticks (its last heartbeat
@@ -103,11 +115,7 @@ SQL
 \set i :i + 1
 \set id 1 + (:i * 8 + :client_id) % :hosts
 $churn_step
-\if :i % :round = 1
-SELECT version, read_at FROM rendezvous.$fn('10 s', NULL, NULL) \gset
-\else
-SELECT version AS seen FROM rendezvous.$fn('10 s', :version, :read_at::timestamptz);
-\endif
+$(look_step "$fn")
 SQL
   done
   echo
@@ -167,11 +175,7 @@ SQL
       [ "$v" = 0.3.0 ] && fn=live_members_since
       cat >"$RENDEZVOUS_CLUSTER_DIR/look.sql" <<SQL
 \set i :i + 1
-\if :i % :round = 1
-SELECT version, read_at FROM rendezvous.$fn('10 s', NULL, NULL) \gset
-\else
-SELECT version AS seen FROM rendezvous.$fn('10 s', :version, :read_at::timestamptz);
-\endif
+$(look_step "$fn")
 SQL
       psql_ -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
       "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
