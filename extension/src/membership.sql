@@ -246,19 +246,19 @@ AS $$
 $$;
 
 -- A reader that keeps its view of the live set asks this on each heartbeat instead of reading
--- the set: two index probes when nothing changed, the whole set when something may have.
--- Planned with index scans only (#42): the statistics of last_seen, which moves all the time,
--- are always old, and with them the planner took the window of hosts gone silent for thousands
--- of hosts and read every host each look (1.5 ms at 10,000), or read it by a bitmap, which
--- never marks the dead index entries that each heartbeat leaves there. And without JIT: the
--- one-row version table has no other plan than a sequential read, whose cost with
--- enable_seqscan off would have each call compile its plan (40 ms). What
+-- the set: two index probes when nothing changed, the whole set when something may have. What
 -- changes a view read at known_read_at with known_version: a bump of the version (a join, a return after
 -- silence, a weight change, a leave), or a host of the view falling silent — its last_seen,
 -- which only moves forward, then lies in (known_read_at - staleness, now - staleness]. Returns the
 -- set exactly when one of the two happened; a reader whose staleness
 -- is shorter than default_staleness() (a return after a shorter silence bumps nothing) and a
 -- first read (known_version or known_read_at NULL) always get the set.
+-- Planned with index scans only, as live_members_delta is (#42): the statistics of last_seen,
+-- which moves all the time, are always old, and with them the planner took the window of hosts
+-- gone silent for thousands of hosts and read every host each look (1.5 ms at 10,000), or read
+-- it by a bitmap, which never marks the dead index entries that each heartbeat leaves there.
+-- And without JIT: the one-row version table has no other plan than a sequential read, whose
+-- cost with enable_seqscan off would have each call compile its plan (40 ms).
 CREATE FUNCTION rendezvous.live_members_since(staleness interval, known_version bigint, known_read_at timestamptz)
 RETURNS TABLE (version bigint, read_at timestamptz, changed boolean, host_ids text[], weights double precision[])
 LANGUAGE plpgsql VOLATILE
