@@ -485,11 +485,16 @@ COMMENT ON FUNCTION rendezvous.due_firings(integer) IS
 -- firings still to be made), or the end of a live lease, retry
 -- backoff or a firing made ahead. A scheduler sleeps until then (firings already claimable are in
 -- due_firings, and their ranks tell each host when to try).
+-- PL/pgSQL, for its plan: a SQL function that cannot be inlined is planned again on every call,
+-- and planning this one (two ordered walks of every partition of firings) cost 3.8 ms against
+-- its 0.3 ms of work, on a call every scheduler makes when it polls. It has no parameters, so
+-- its plan is made once a session.
 CREATE FUNCTION rendezvous.next_due_at() RETURNS timestamptz
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT min(x.at) FROM (
+BEGIN
+    RETURN (SELECT min(x.at) FROM (
         (SELECT t.next_fire_at - rendezvous._made_ahead() AS at FROM rendezvous.tasks t
           WHERE NOT t.paused AND t.next_fire_at IS NOT NULL ORDER BY t.next_fire_at LIMIT 1)
         UNION ALL
@@ -515,7 +520,8 @@ AS $$
                   WHERE f.completed_at IS NULL AND f.failed_at IS NULL AND f.fire_at <= (SELECT pg_catalog.clock_timestamp())
                   ORDER BY f.fire_at DESC LIMIT 1000) x
           WHERE x.lease_until > pg_catalog.clock_timestamp())
-    ) x
+    ) x);
+END
 $$;
 COMMENT ON FUNCTION rendezvous.next_due_at() IS
     'The earliest instant something scheduled may become claimable that is not claimable now, or a firing is to be made: half a second before a task''s next fire time, when its firing is made ahead (past while its firings are being made), or the end of a live lease, a retry backoff or the wait of a firing made ahead; NULL when nothing is scheduled.';
