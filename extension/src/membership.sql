@@ -338,18 +338,19 @@ BEGIN
         RETURN;
     END IF;
     IF NOT whole THEN
-        WITH latest AS (
-            -- Each host changed after the view (membership_changes_version), as its last
-            -- change left it: its weight and last heartbeat, or NULLs for a host that left.
-            SELECT DISTINCT ON (c.host_id) c.host_id, c.weight, c.last_seen
-              FROM rendezvous.membership_changes c
-             WHERE c.version > known_version AND c.version <= live_members_delta.version
-             ORDER BY c.host_id, c.version DESC
-        ), silent AS (
+        WITH silent AS (
             -- Hosts gone silent since the view was read (hosts_last_seen): not live now,
             -- whatever a change says of them (a later one, or a write behind the triggers' back).
             SELECT h.host_id FROM rendezvous.hosts h
              WHERE h.last_seen > known_read_at - staleness AND h.last_seen <= now_ts - staleness
+        ), latest AS (
+            -- Each other host changed after the view (membership_changes_version), as its last
+            -- change left it: its weight and last heartbeat, or NULLs for a host that left.
+            SELECT DISTINCT ON (c.host_id) c.host_id, c.weight, c.last_seen
+              FROM rendezvous.membership_changes c
+             WHERE c.version > known_version AND c.version <= live_members_delta.version
+               AND NOT EXISTS (SELECT 1 FROM silent s WHERE s.host_id = c.host_id)
+             ORDER BY c.host_id, c.version DESC
         ), now_ AS (
             SELECT s.host_id, NULL::double precision AS weight, false AS live FROM silent s
             UNION ALL
@@ -358,8 +359,7 @@ BEGIN
             -- when the host left.
             SELECT l.host_id, l.weight, l.last_seen IS NOT NULL
               FROM latest l
-             WHERE (l.last_seen IS NULL OR l.last_seen > now_ts - staleness)
-               AND NOT EXISTS (SELECT 1 FROM silent s WHERE s.host_id = l.host_id)
+             WHERE l.last_seen IS NULL OR l.last_seen > now_ts - staleness
             UNION ALL
             -- An older heartbeat there (the change was a step back in time, or committed long
             -- after it was made) says nothing of the heartbeats since, which changed nothing:
@@ -370,7 +370,6 @@ BEGIN
               LEFT JOIN LATERAL (SELECT h.weight, h.last_seen > now_ts - staleness AS live
                                    FROM rendezvous.hosts h WHERE h.host_id = l.host_id LIMIT 1) x ON true
              WHERE l.last_seen <= now_ts - staleness
-               AND NOT EXISTS (SELECT 1 FROM silent s WHERE s.host_id = l.host_id)
         )
         SELECT coalesce(array_agg(n.host_id ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
                coalesce(array_agg(n.weight ORDER BY n.host_id) FILTER (WHERE n.live), '{}'),
