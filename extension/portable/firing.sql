@@ -35,6 +35,7 @@ CREATE FUNCTION rendezvous.claim_firing(
 ) RETURNS rendezvous.firing_claim
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -116,6 +117,7 @@ CREATE FUNCTION rendezvous.complete_firing(task_id text, fire_at timestamp with 
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE

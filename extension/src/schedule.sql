@@ -534,6 +534,7 @@ CREATE FUNCTION rendezvous.fail_firing(task_id text, fire_at timestamptz, token 
 RETURNS TABLE (recorded boolean, retry_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 AS $$
 #variable_conflict use_column

@@ -141,3 +141,10 @@ SELECT count(*) AS firings_left FROM rendezvous.firings;
 
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'pg_rendezvous' AND c.relname LIKE 'firings%' ORDER BY 1;
+
+-- The calls on one firing plan each statement once a session (firing.sql says why).
+SELECT p.proname, 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig) AS planned_once_a_session
+  FROM pg_catalog.pg_proc p
+ WHERE p.pronamespace = 'rendezvous'::regnamespace
+   AND p.proname IN ('claim_firing', 'renew_firing', 'assert_firing', 'complete_firing', 'release_firing', 'fail_firing')
+ ORDER BY p.proname;
