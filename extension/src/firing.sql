@@ -13,11 +13,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$ SELECT ((floor(extract(epoch FROM fire_at) / 86400)::bigint % 8 + 8) % 8)::smallint $$;
 
 -- The calls on one firing (claim_firing, renew_firing, assert_firing, complete_firing,
--- release_firing, fail_firing) plan each statement once a session (plan_cache_mode =
--- force_generic_plan). Left to choose, the plan cache found a generic plan, which keeps all
--- eight partitions and prunes them when it runs, dearer than a custom plan, which prunes them
--- when it is made, and planned every statement again on every call: half of a firing's server
--- CPU (claim, renew, assert and complete: 0.80 ms, 0.50 ms with one plan a session; #42).
+-- release_firing, fail_firing) keep one plan a statement for the session (plan_cache_mode =
+-- force_generic_plan; made again only when what it reads changes). Left to choose, the plan
+-- cache found a generic plan, which keeps all eight partitions and prunes them when it runs,
+-- dearer than a custom plan, which prunes them when it is made, and planned every statement
+-- again on every call: a third of a firing's server CPU (firings claimed, then renewed,
+-- asserted and completed, or released, or failed: 0.80 ms a firing, 0.50 ms with kept plans;
+-- #42, docs/benchmarks.md).
 
 CREATE TABLE rendezvous.firings (
     firing_key   text NOT NULL,

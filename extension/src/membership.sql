@@ -299,11 +299,12 @@ COMMENT ON FUNCTION rendezvous.live_members_since(interval, bigint, timestamptz)
 -- removed NULL) for a first read (known_version or known_read_at NULL), a view older than the
 -- changes kept (membership_version.changes_from) or from another database, and a staleness
 -- shorter than default_staleness() (a return after a shorter silence is no change).
--- Planned as live_members_since is, and each statement once a session (a generic plan): left to
--- choose, the plan cache compared the generic plan's estimate for a range of versions (a share
--- of every change kept) with the custom plans' (a row or two), kept planning the read of the
--- changes again on every call, and a look with changes cost 0.3 ms instead of 0.12 once the
--- changes table had grown (a churning fleet of 10,000 then fell behind, #42).
+-- Planned as live_members_since is, and with one plan a statement kept for the session (a
+-- generic plan, made again only when what it reads changes). Left to choose, the plan cache
+-- compared the generic plan's estimate for a range of versions (a fixed share of every change
+-- kept) with the custom plans' (a row or two), planned the read of the changes again on every
+-- call once the changes table had grown, and a look with changes cost 0.3 ms instead of 0.12
+-- (a churning fleet of 10,000 then fell behind, #42).
 CREATE FUNCTION rendezvous.live_members_delta(staleness interval, known_version bigint, known_read_at timestamptz)
 RETURNS TABLE (version bigint, read_at timestamptz, whole boolean, host_ids text[], weights double precision[],
                removed text[])

@@ -9,7 +9,7 @@
 #   SCALE_HOSTS="100 1000 10000"        hosts, SCALE_GROUPS="100 1000 5000" leader groups (held)
 #   SCALE_FLEETS="1000 10000"           simulated Scheduler fleets for the membership part
 #   SCALE_CHURN="0 0.5"                 % of their ticks on which those hosts return after a silence
-#   SCALE_PARTS="status membership retention days claims leaders wal"  which parts to run
+#   SCALE_PARTS="status membership firings retention days claims leaders wal"  which parts to run
 #   SCALE_CLAIM_HOSTS="11 1001 10001", SCALE_CLAIM_PENDING="2000 100000"  the claims part's sizes
 #   SCALE_RETENTION=5000000             old finished rows (half firings, half runs) to prune
 #   SCALE_WAL_TASKS=1000                per-second tasks of the wal part
@@ -22,6 +22,11 @@
 # return after a silence. The database's CPU and the ticks served. First the tick's two calls
 # apart, as 0.3.0 made them and as this version does: a heartbeat, and a look that finds nothing
 # changed (membership_calls).
+# Firings: the calls on one firing, as 0.3.0 made them and as this version does, each in a
+# database of its own: 800 firings a second for 30 s from 4 clients, each claimed by
+# claim_firing and then renewed, asserted and completed (half of them), released (a quarter) or
+# failed (a quarter), one call a statement as a SQL user makes them; server CPU per firing and
+# each sequence's latency (firing_calls).
 # Claims: claim_runs by a live host that ranks late for nearly every run (one of N live hosts),
 # and by a host that is not live, with P fresh pending runs; then with 10,000 runs running
 # (held by a live session) and none runnable. A host calls claim_runs again and again on one
@@ -57,7 +62,7 @@ host_sizes=(${SCALE_HOSTS:-100 1000 10000})
 group_sizes=(${SCALE_GROUPS:-100 1000 5000})
 fleet_sizes=(${SCALE_FLEETS:-1000 10000})
 churn_rates=(${SCALE_CHURN:-0 0.5})
-parts=" ${SCALE_PARTS:-status membership retention days claims leaders wal} "
+parts=" ${SCALE_PARTS:-status membership firings retention days claims leaders wal} "
 claim_hosts=(${SCALE_CLAIM_HOSTS:-11 1001 10001})
 claim_pending=(${SCALE_CLAIM_PENDING:-2000 100000})
 retention_rows=${SCALE_RETENTION:-5000000}
@@ -204,6 +209,51 @@ SQL
         echo "| $(printf "%'d" "$n") | $v | $label | $(echo "scale=3; ($after - $before) * 1000 / (30 * $n / 2)" | bc) ms | $wal B | ${avg:-?} ms |"
       done
     done
+  done
+  psql_ -c "DROP DATABASE $db" >/dev/null
+}
+
+# See "Firings" above.
+firing_calls() {
+  local db=bench_firings url v current at out before after
+  url=${DATABASE_URL%/*}/$db
+  current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT_DIR/Cargo.toml" | head -1)
+  # A fire time of its own for each firing, in the past (a claim refuses none), of 20 tasks.
+  at="'job-' || (:client_id % 20), timestamptz '2026-11-20 00:00:00+00' + :n * interval '1 ms'"
+  cat >"$RENDEZVOUS_CLUSTER_DIR/fire_complete.sql" <<SQL
+\set n random(1, 1000000000)
+SELECT token FROM rendezvous.claim_firing($at, 'h' || :client_id, '30 s') \gset
+SELECT rendezvous.renew_firing($at, :token, '30 s');
+SELECT rendezvous.assert_firing($at, :token);
+SELECT rendezvous.complete_firing($at, :token);
+SQL
+  cat >"$RENDEZVOUS_CLUSTER_DIR/fire_release.sql" <<SQL
+\set n random(1, 1000000000)
+SELECT token FROM rendezvous.claim_firing($at, 'h' || :client_id, '30 s') \gset
+SELECT rendezvous.release_firing($at, :token);
+SQL
+  cat >"$RENDEZVOUS_CLUSTER_DIR/fire_fail.sql" <<SQL
+\set n random(1, 1000000000)
+SELECT token FROM rendezvous.claim_firing($at, 'h' || :client_id, '30 s') \gset
+SELECT * FROM rendezvous.fail_firing($at, :token, 'boom');
+SQL
+  echo
+  echo "| version | firings a second asked / served | server CPU per firing | claim, renew, assert, complete | claim, release | claim, fail |"
+  echo "|---|---:|---:|---:|---:|---:|"
+  for v in 0.3.0 "$current"; do
+    psql_ -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >/dev/null
+    "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" -c "CREATE EXTENSION pg_rendezvous VERSION '$v'" -c "CHECKPOINT" >/dev/null
+    before=$(server_cpu)
+    out=$(cd "$RENDEZVOUS_CLUSTER_DIR" && "$(pg_bindir)/pgbench" -n -M prepared -c 4 -j 2 -T 30 -R 800 \
+            -f fire_complete.sql@2 -f fire_release.sql@1 -f fire_fail.sql@1 "$url" 2>&1 \
+          | grep -E "^tps|latency average" || true)
+    after=$(server_cpu)
+    local tps lat
+    tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+    # pgbench's averages: all scripts first, then each script's in order.
+    lat=($(echo "$out" | sed -n 's/.*latency average = \([0-9.]*\) ms.*/\1/p'))
+    echo "| $v | 800 / ${tps%.*} | $(echo "scale=3; ($after - $before) * 1000 / (30 * ${tps:-1})" | bc) ms |" \
+         "${lat[1]:-?} ms | ${lat[2]:-?} ms | ${lat[3]:-?} ms |"
   done
   psql_ -c "DROP DATABASE $db" >/dev/null
 }
@@ -431,6 +481,7 @@ wal() {
 }
 
 if [[ $parts == *" membership "* ]]; then membership_calls; membership; fi
+if [[ $parts == *" firings "* ]]; then firing_calls; fi
 if [[ $parts == *" wal "* ]]; then wal; fi
 if [[ $parts == *" retention "* ]]; then retention; fi
 if [[ $parts == *" days "* ]]; then days; fi
