@@ -7,10 +7,16 @@
 -- modulo 8 (0.4.0, #42). A partition holds one day at a time while the firings' retention is
 -- under seven days: retention empties it whole once that day is past keeping
 -- (_empty_firing_days, retention.sql), before the same partition takes the day eight after.
+-- Inlined where it is called (a call of a SQL function planned its body every time: ten a
+-- firing): so no search_path of its own, every name in it qualified, and only immutable parts.
+-- Days counted as dates, exactly (an epoch in seconds divided by 86,400 as a numeric rounded
+-- the last microsecond of a day in year 294,276 into the next).
 CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT ((floor(extract(epoch FROM fire_at) / 86400)::bigint % 8 + 8) % 8)::smallint $$;
+AS $$
+    SELECT (((pg_catalog.timezone('UTC', fire_at)::pg_catalog.date OPERATOR(pg_catalog.-) '1970-01-01'::pg_catalog.date)
+             OPERATOR(pg_catalog.%) 8 OPERATOR(pg_catalog.+) 8) OPERATOR(pg_catalog.%) 8)::smallint
+$$;
 
 -- The calls on one firing (claim_firing, renew_firing, assert_firing, complete_firing,
 -- release_firing, fail_firing) keep one plan a statement for the session (plan_cache_mode =

@@ -142,9 +142,20 @@ SELECT count(*) AS firings_left FROM rendezvous.firings;
 SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS cfg(oid) JOIN pg_class c ON c.oid = cfg.oid
  WHERE e.extname = 'pg_rendezvous' AND c.relname LIKE 'firings%' ORDER BY 1;
 
--- The calls on one firing plan each statement once a session (firing.sql says why).
+-- The calls on one firing keep one plan a statement for the session (extension/src/firing.sql
+-- says why).
 SELECT p.proname, 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig) AS planned_once_a_session
   FROM pg_catalog.pg_proc p
  WHERE p.pronamespace = 'rendezvous'::regnamespace
    AND p.proname IN ('claim_firing', 'renew_firing', 'assert_firing', 'complete_firing', 'release_firing', 'fail_firing')
  ORDER BY p.proname;
+
+-- A firing's partition is its fire time's UTC day (days since 1970-01-01), modulo 8, whatever
+-- the session's time zone: across the epoch, a UTC midnight (20,792 days is 8 x 2,599), a time
+-- given in another zone, and the ends of the range (-2,440,222 days: 2; 106,762,939: 3).
+SET timezone = 'Pacific/Kiritimati';
+SELECT t AT TIME ZONE 'UTC' AS utc, rendezvous._day_mod_8(t) AS partition
+  FROM unnest(ARRAY[timestamptz '1969-12-31 23:59:59.999999+00', '1970-01-01 00:00:00+00',
+                    '2026-12-05 23:59:59.999999+00', '2026-12-06 00:00:00+00', '2026-12-06 05:00:00+14',
+                    '4713-11-24 00:00:00+00 BC', '294276-12-31 23:59:59.999999+00']) t;
+RESET timezone;

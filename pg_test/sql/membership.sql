@@ -196,9 +196,8 @@ SELECT count(*) AS changes_left,
   FROM rendezvous.membership_changes;
 SELECT s.whole, s.host_ids FROM dview, rendezvous.live_members_delta('10 s', dview.version, dview.read_at) s;
 SELECT regress.err($$SELECT * FROM rendezvous.live_members_delta(NULL, NULL, NULL)$$);
--- The looks plan with index scans only and without JIT, and live_members_delta each statement
--- once a session: the estimates for last_seen and for a range of versions are never right (#42,
--- membership.sql says how each one failed).
+-- The looks plan with index scans only and without JIT, and live_members_delta keeps one plan
+-- a statement for the session (#42; extension/src/membership.sql says what each setting avoids).
 SELECT p.proname, p.proconfig FROM pg_catalog.pg_proc p
  WHERE p.pronamespace = 'rendezvous'::regnamespace
    AND p.proname IN ('live_members_since', 'live_members_delta', '_live_members_at')

@@ -105,8 +105,10 @@ CREATE TRIGGER hosts_changed AFTER UPDATE ON rendezvous.hosts
 -- finished with no failure.)
 CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT ((floor(extract(epoch FROM fire_at) / 86400)::bigint % 8 + 8) % 8)::smallint $$;
+AS $$
+    SELECT (((pg_catalog.timezone('UTC', fire_at)::pg_catalog.date OPERATOR(pg_catalog.-) '1970-01-01'::pg_catalog.date)
+             OPERATOR(pg_catalog.%) 8 OPERATOR(pg_catalog.+) 8) OPERATOR(pg_catalog.%) 8)::smallint
+$$;
 -- The views on it are made again after this (CREATE OR REPLACE, with their grants).
 DROP VIEW rendezvous.status_firings;
 DROP VIEW rendezvous.status_tasks;
