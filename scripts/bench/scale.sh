@@ -26,7 +26,8 @@
 # database of its own: 800 firings a second for 30 s from 4 clients, each claimed by
 # claim_firing and then renewed, asserted and completed (half of them), released (a quarter) or
 # failed (a quarter), one call a statement as a SQL user makes them; server CPU per firing and
-# each sequence's latency (firing_calls).
+# each sequence's latency. Then, with 200 per-second tasks scheduled and their firings made,
+# next_due_at (what a scheduler asks when it polls) for 10 s on one session (firing_calls).
 # Claims: claim_runs by a live host that ranks late for nearly every run (one of N live hosts),
 # and by a host that is not live, with P fresh pending runs; then with 10,000 runs running
 # (held by a live session) and none runnable. A host calls claim_runs again and again on one
@@ -215,7 +216,7 @@ SQL
 
 # See "Firings" above.
 firing_calls() {
-  local db=bench_firings url v current at out before after
+  local db=bench_firings url v current at out before after next_due=()
   url=${DATABASE_URL%/*}/$db
   current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT_DIR/Cargo.toml" | head -1)
   # A fire time of its own for each firing, in the past (a claim refuses none), of 20 tasks.
@@ -254,7 +255,22 @@ SQL
     lat=($(echo "$out" | sed -n 's/.*latency average = \([0-9.]*\) ms.*/\1/p'))
     echo "| $v | 800 / ${tps%.*} | $(echo "scale=3; ($after - $before) * 1000 / (30 * ${tps:-1})" | bc) ms |" \
          "${lat[1]:-?} ms | ${lat[2]:-?} ms | ${lat[3]:-?} ms |"
+    "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
+      -c "SELECT count(rendezvous.schedule_task('t' || i, 'every 1 second', overlap => 'allow')) FROM generate_series(1, 200) i" \
+      -c "SELECT count(*) FROM rendezvous.due_firings(10000)" -c "VACUUM ANALYZE" >/dev/null
+    echo "SELECT rendezvous.next_due_at();" >"$RENDEZVOUS_CLUSTER_DIR/next_due.sql"
+    before=$(server_cpu)
+    out=$("$(pg_bindir)/pgbench" -n -M prepared -c 1 -T 10 -f "$RENDEZVOUS_CLUSTER_DIR/next_due.sql" "$url" 2>&1 \
+          | grep -E "^tps|latency average" || true)
+    after=$(server_cpu)
+    tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+    next_due+=("| $v | $(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p') ms |"\
+" $(echo "scale=3; ($after - $before) * 1000 / (10 * ${tps:-1})" | bc) ms |")
   done
+  echo
+  echo "| version | next_due_at, 200 per-second tasks: latency average | server CPU per call |"
+  echo "|---|---:|---:|"
+  printf '%s\n' "${next_due[@]}"
   psql_ -c "DROP DATABASE $db" >/dev/null
 }
 
