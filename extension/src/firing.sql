@@ -10,7 +10,7 @@
 -- Inlined where it is called (a call of a SQL function planned its body every time: ten a
 -- firing): so no search_path of its own, every name in it qualified, and only immutable parts.
 -- Days counted as dates, exactly (an epoch in seconds divided by 86,400 as a numeric rounded
--- the last microsecond of a day in year 294,276 into the next).
+-- the last microsecond of a day into the next in far years: 294,276, say).
 CREATE FUNCTION rendezvous._day_mod_8(fire_at timestamptz) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
@@ -23,9 +23,10 @@ $$;
 -- force_generic_plan; made again only when what it reads changes). Left to choose, the plan
 -- cache found a generic plan, which keeps all eight partitions and prunes them when it runs,
 -- dearer than a custom plan, which prunes them when it is made, and planned every statement
--- again on every call: a third of a firing's server CPU (firings claimed, then renewed,
--- asserted and completed, or released, or failed: 0.80 ms a firing, 0.50 ms with kept plans;
--- #42, docs/benchmarks.md).
+-- again on every call: most of what the partitions had added to a firing's server CPU (#42;
+-- firings claimed, then renewed, asserted and completed, or released, or failed: 1.17 ms a
+-- firing, 0.64-0.68 ms with kept plans and _day_mod_8 inlined, 0.3.0's 0.82 ms;
+-- docs/benchmarks.md, "The calls on one firing").
 
 CREATE TABLE rendezvous.firings (
     firing_key   text NOT NULL,

@@ -152,7 +152,8 @@ SELECT p.proname, 'plan_cache_mode=force_generic_plan' = ANY (p.proconfig) AS pl
 
 -- A firing's partition is its fire time's UTC day (days since 1970-01-01), modulo 8, whatever
 -- the session's time zone: across the epoch, a UTC midnight (20,792 days is 8 x 2,599), a time
--- given in another zone, and the ends of the range (-2,440,222 days: 2; 106,762,939: 3).
+-- given in another zone, and far into both ends of the range (-2,440,222 days: 2;
+-- 106,762,939: 3).
 SET timezone = 'Pacific/Kiritimati';
 SELECT t AT TIME ZONE 'UTC' AS utc, rendezvous._day_mod_8(t) AS partition
   FROM unnest(ARRAY[timestamptz '1969-12-31 23:59:59.999999+00', '1970-01-01 00:00:00+00',
