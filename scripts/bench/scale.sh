@@ -84,6 +84,11 @@ server_cpu() {
   echo "scale=2; $ticks / $hz" | bc
 }
 
+# From pgbench's report (its lines with tps and latency average, given as $1): transactions a
+# second; and the latency averages in ms, one a line, all scripts' first, then each script's.
+pgbench_tps() { echo "$1" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1; }
+pgbench_latencies() { echo "$1" | sed -n 's/.*latency average = \([0-9.]*\) ms.*/\1/p'; }
+
 # A host's look at the live set through FN, keeping its view for a round (:round ticks of a
 # pgbench client): the whole set at the round's start, then the changes since.
 look_step() {
@@ -146,8 +151,8 @@ SQL
               | grep -E "^tps|latency average|latency limit" || true)
         after=$(server_cpu)
         local tps avg late
-        tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-        avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
+        tps=$(pgbench_tps "$out")
+        avg=$(pgbench_latencies "$out" | head -1)
         late=$(echo "$out" | sed -n 's/.*latency limit: [0-9]*\/[0-9]* (\([0-9.]*\)%).*/\1 %/p')
         local label="whole set (0.2.0)"
         [ $way = since ] && label="LiveView 0.3.0 (live_members_since)"
@@ -204,7 +209,7 @@ SQL
                 -D round=$((n / 8)) -f "$script" "$url" 2>&1 | grep -E "^tps|latency average" || true)
         after=$(server_cpu)
         wal=$(psql_ -At -c "SELECT round((pg_current_wal_lsn() - '$lsn') / (30 * $n / 2))")
-        avg=$(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p')
+        avg=$(pgbench_latencies "$out" | head -1)
         local label="heartbeat"
         [ $call = look ] && label="look, nothing changed ($fn)"
         echo "| $(printf "%'d" "$n") | $v | $label | $(echo "scale=3; ($after - $before) * 1000 / (30 * $n / 2)" | bc) ms | $wal B | ${avg:-?} ms |"
@@ -238,6 +243,7 @@ SQL
 SELECT token FROM rendezvous.claim_firing($at, 'h' || :client_id, '30 s') \gset
 SELECT * FROM rendezvous.fail_firing($at, :token, 'boom');
 SQL
+  echo "SELECT rendezvous.next_due_at();" >"$RENDEZVOUS_CLUSTER_DIR/next_due.sql"
   echo
   echo "| version | firings a second asked / served | server CPU per firing | claim, renew, assert, complete | claim, release | claim, fail |"
   echo "|---|---:|---:|---:|---:|---:|"
@@ -250,21 +256,19 @@ SQL
           | grep -E "^tps|latency average" || true)
     after=$(server_cpu)
     local tps lat
-    tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-    # pgbench's averages: all scripts first, then each script's in order.
-    lat=($(echo "$out" | sed -n 's/.*latency average = \([0-9.]*\) ms.*/\1/p'))
+    tps=$(pgbench_tps "$out")
+    lat=($(pgbench_latencies "$out"))
     echo "| $v | 800 / ${tps%.*} | $(echo "scale=3; ($after - $before) * 1000 / (30 * ${tps:-1})" | bc) ms |" \
          "${lat[1]:-?} ms | ${lat[2]:-?} ms | ${lat[3]:-?} ms |"
     "$(pg_bindir)/psql" -X -q -v ON_ERROR_STOP=1 "$url" \
       -c "SELECT count(rendezvous.schedule_task('t' || i, 'every 1 second', overlap => 'allow')) FROM generate_series(1, 200) i" \
       -c "SELECT count(*) FROM rendezvous.due_firings(10000)" -c "VACUUM ANALYZE" >/dev/null
-    echo "SELECT rendezvous.next_due_at();" >"$RENDEZVOUS_CLUSTER_DIR/next_due.sql"
     before=$(server_cpu)
     out=$("$(pg_bindir)/pgbench" -n -M prepared -c 1 -T 10 -f "$RENDEZVOUS_CLUSTER_DIR/next_due.sql" "$url" 2>&1 \
           | grep -E "^tps|latency average" || true)
     after=$(server_cpu)
-    tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
-    next_due+=("| $v | $(echo "$out" | sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p') ms |"\
+    tps=$(pgbench_tps "$out")
+    next_due+=("| $v | $(pgbench_latencies "$out" | head -1) ms |"\
 " $(echo "scale=3; ($after - $before) * 1000 / (10 * ${tps:-1})" | bc) ms |")
   done
   echo
