@@ -90,6 +90,82 @@ portable_suites() {
   headers_diff "$script"
   pg_tle_form "${script%-portable.sql}-pg_tle.sql"
   portable_upgrade_test "$script"
+  planted_objects_test "$script"
+}
+
+# The portable scripts run no one else's code (hardening #63, item 1): a role with CREATE on
+# `public` and on the database plants, in `public` and in the schema named after the installer
+# (`"$user"`), a twin of every pg_catalog function and operator that an unqualified call could
+# prefer (pg_test/portable/planted.sql). Each form then runs as the owner with the default
+# search_path: the psql install, the pg_tle form's CREATE EXTENSION, the psql upgrade from each
+# released portable version and its pg_tle update. Each must succeed with no twin run and no
+# object of ours depending on one. 0.4.0 before its path was pinned ran the planted
+# convert_to(text, text) as the owner and stored its answer as _cron_key.
+planted_objects_test() {
+  local script=$1 version released from upgrades extdir tle=rendezvous_tle_planted dir=$RENDEZVOUS_CLUSTER_DIR/planted
+  version=$(extension_version)
+  upgrades=$(dirname "$script")
+  extdir=$("$PG_CONFIG" --sharedir)/extension
+  mkdir -p "$dir"
+  log "the portable scripts under planted objects: no function or operator of another role runs"
+  cluster_psql -d postgres -c "CREATE ROLE rendezvous_intruder LOGIN"
+  pg_tle_content "${script%-portable.sql}-pg_tle.sql" >"$dir/$tle--$version.sql"
+  for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
+    from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
+    [[ $from != *--* ]] || continue
+    pg_tle_content "${released%-portable.sql}-pg_tle.sql" >"$dir/$tle--$from.sql"
+    pg_tle_content "$upgrades/pg_rendezvous-$from--$version-pg_tle.sql" >"$dir/$tle--$from--$version.sql"
+  done
+  pg_tle_control "$version" >"$dir/$tle.control"
+  as_root install -m 0644 "$dir/$tle.control" "$dir/$tle"--*.sql "$extdir/"
+  local status=0
+  {
+    planted_check psql_install -f "$script" &&
+    planted_check pg_tle_install -c "CREATE EXTENSION $tle" &&
+    for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
+      from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
+      [[ $from != *--* ]] || continue
+      planted_check "psql_upgrade_${from//./_}" -f "$upgrades/pg_rendezvous-$from--$version-portable.sql" -f "$released" &&
+      planted_check "pg_tle_upgrade_${from//./_}" -c "ALTER EXTENSION $tle UPDATE TO '$version'" \
+        -c "CREATE EXTENSION $tle VERSION '$from'" || return 1
+    done
+  } || status=$?
+  as_root rm -f "$extdir/$tle.control" "$extdir/$tle"--*.sql
+  [ "$status" = 0 ] || exit 1
+  log "no planted object ran or is used by the install, the pg_tle form, or the upgrades"
+}
+
+# planted_check NAME FLAG ARG [FLAG ARG]: in a new database, the owner runs the second pair (psql
+# arguments: -f FILE or -c SQL), if given, the intruder plants, the owner runs the first; fails unless
+# that step succeeded, no twin warned or wrote a row, and no object depends on a twin.
+planted_check() {
+  local db=rendezvous_planted_$1 out=$RENDEZVOUS_CLUSTER_DIR/planted/$1.log used
+  local -a step=("$2" "$3") before=()
+  [ $# -lt 5 ] || before=("$4" "$5")
+  cluster_psql -d postgres -c "CREATE DATABASE $db OWNER rendezvous_owner" \
+    -c "GRANT CREATE ON DATABASE $db TO rendezvous_intruder"
+  cluster_psql -d "$db" -c "GRANT CREATE ON SCHEMA public TO rendezvous_intruder"
+  [ ${#before[@]} = 0 ] || cluster_psql -d "$db" -U rendezvous_owner -o /dev/null "${before[@]}"
+  cluster_psql -d "$db" -U rendezvous_intruder -o /dev/null -v installer=rendezvous_owner -f pg_test/portable/planted.sql
+  if ! cluster_psql -d "$db" -U rendezvous_owner -o /dev/null "${step[@]}" >"$out" 2>&1 || grep -q "planted object" "$out"; then
+    cat "$out" >&2
+    echo "$1: the step failed or ran an object another role planted on the installer's search_path" >&2
+    return 1
+  fi
+  used=$(cluster_psql -d "$db" -Atc "
+    SELECT (SELECT count(*) FROM public.planted_calls) || ' calls, ' || count(*) || ' dependencies'
+      FROM pg_catalog.pg_depend d
+     WHERE ((d.refclassid = 'pg_catalog.pg_proc'::regclass
+             AND d.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc p WHERE p.proowner = 'rendezvous_intruder'::regrole))
+         OR (d.refclassid = 'pg_catalog.pg_operator'::regclass
+             AND d.refobjid IN (SELECT o.oid FROM pg_catalog.pg_operator o WHERE o.oprowner = 'rendezvous_intruder'::regrole)))
+       AND NOT (d.classid = 'pg_catalog.pg_operator'::regclass
+             AND d.objid IN (SELECT o.oid FROM pg_catalog.pg_operator o WHERE o.oprowner = 'rendezvous_intruder'::regrole))")
+  cluster_psql -d postgres -c "DROP DATABASE $db" >/dev/null
+  if [ "$used" != "0 calls, 0 dependencies" ]; then
+    echo "$1: planted objects were called or are used by the install: $used" >&2
+    return 1
+  fi
 }
 
 # The drift net of the two editions' headers: every function of schema rendezvous, as callers

@@ -62,6 +62,7 @@ pub fn portable_scripts(
          -- docs/operations.md says what differs from the native edition.\n\
          BEGIN;\n\
          SET LOCAL check_function_bodies = off;\n\
+         {PIN_PATH}\n\
          CREATE SCHEMA {schema};\n\
          {psql_body}\nCOMMIT;\n"
     );
@@ -73,6 +74,7 @@ pub fn portable_scripts(
          -- of pgtle_admin, then CREATE EXTENSION {extension}; in each database.\n\
          SELECT pgtle.install_extension('{extension}', '{version}', '{comment}', {TAG}\n\
          SET LOCAL check_function_bodies = off;\n\
+         {PIN_PATH}\n\
          CREATE SCHEMA {schema};\n\
          {tle_body}\n{TAG});\n",
         comment = comment.replace('\'', "''")
@@ -113,6 +115,7 @@ pub fn portable_upgrade_scripts(
          -- every function, view, comment and grant of {to}'s portable script made again.\n\
          BEGIN;\n\
          SET LOCAL check_function_bodies = off;\n\
+         {PIN_PATH}\n\
          {psql_body}\nCOMMIT;\n"
     );
     check_wrappable(&tle_body, "")?;
@@ -123,10 +126,20 @@ pub fn portable_upgrade_scripts(
          -- ALTER EXTENSION {extension} UPDATE TO '{to}'; in each database.\n\
          SELECT pgtle.install_update_path('{extension}', '{from}', '{to}', {TAG}\n\
          SET LOCAL check_function_bodies = off;\n\
+         {PIN_PATH}\n\
          {tle_body}\n{TAG});\n"
     );
     Ok(Portable { psql, pg_tle })
 }
+
+/// The first statement of every form: the installer's `search_path` (the schema named after
+/// the installing role, `public`) may hold functions, operators and types of other roles, and
+/// an unqualified name in a top-level statement would resolve to theirs, run as the installer
+/// (`convert_to(text, unknown)` prefers a planted `convert_to(text, text)` to pg_catalog's
+/// `(text, name)`). With the path pinned, a name resolves in pg_catalog or fails: every
+/// object of ours is written qualified. `LOCAL`: the path is the caller's again at COMMIT (and
+/// at the end of pg_tle's CREATE EXTENSION, which restores the settings its script made).
+pub const PIN_PATH: &str = "SET LOCAL search_path = pg_catalog, pg_temp;";
 
 /// The dollar-quote tag that wraps a script for pg_tle.
 const TAG: &str = "$_pg_rendezvous_portable_$";
@@ -433,6 +446,44 @@ mod tests {
         ];
         let err = portable_scripts("ext", "rendezvous", "1.0", "c", install, &extra).unwrap_err().to_string();
         assert!(err.contains("x.sql: replaces no function"), "{err}");
+    }
+
+    /// The path is pinned before the first statement that could call anything, in all four forms.
+    fn path_is_pinned_first(script: &str) -> bool {
+        let pin = script.find(PIN_PATH);
+        let first = ["CREATE ", "ALTER ", "INSERT ", "DO ", "COMMENT ", "GRANT ", "REVOKE "]
+            .iter()
+            .filter_map(|w| script.find(&format!("\n{w}")))
+            .min();
+        matches!((pin, first), (Some(pin), Some(first)) if pin < first)
+    }
+
+    #[test]
+    fn every_form_pins_the_search_path_before_its_first_statement() {
+        let install = "CREATE TABLE rendezvous.t (a int);\n\
+            INSERT INTO rendezvous.t SELECT pg_catalog.length('x');\n\
+            CREATE  FUNCTION \"f\"(\"a\" INT) RETURNS INT LANGUAGE c AS 'MODULE_PATHNAME', 'f_wrapper';\n";
+        let sources = [Source {
+            name: "f.sql".into(),
+            text: "CREATE FUNCTION rendezvous.f(a integer) RETURNS integer LANGUAGE sql AS $$ SELECT a $$;\n"
+                .into(),
+        }];
+        let p = portable_scripts("ext", "rendezvous", "1.0", "c", install, &sources).unwrap();
+        let step = Step {
+            from: "0.9".into(),
+            to: "1.0".into(),
+            migration: Source {
+                name: "m".into(),
+                text: "ALTER TABLE rendezvous.t ADD COLUMN b int;\n".into(),
+            },
+            portable_migration: Source { name: "pm".into(), text: "\n".into() },
+        };
+        let u = portable_upgrade_scripts("ext", "rendezvous", &step, install, &sources).unwrap();
+        for (form, script) in
+            [("install", &p.psql), ("pg_tle", &p.pg_tle), ("upgrade", &u.psql), ("pg_tle upgrade", &u.pg_tle)]
+        {
+            assert!(path_is_pinned_first(script), "{form}:\n{script}");
+        }
     }
 
     #[test]

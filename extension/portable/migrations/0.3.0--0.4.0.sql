@@ -10,5 +10,6 @@ CREATE TABLE rendezvous._cron_key (
 );
 COMMENT ON TABLE rendezvous._cron_key IS 'Portable edition: the key that authenticates parsed schedules kept in session settings (_cron_parsed).';
 INSERT INTO rendezvous._cron_key (key)
-SELECT sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text || clock_timestamp()::text, 'UTF8'));
+SELECT pg_catalog.sha256(pg_catalog.convert_to(pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text
+                                        || pg_catalog.clock_timestamp()::text, 'UTF8'::name));
 REVOKE ALL ON rendezvous._cron_key FROM PUBLIC;
