@@ -142,11 +142,13 @@ planted_check() {
   local db=rendezvous_planted_$1 out=$RENDEZVOUS_CLUSTER_DIR/planted/$1.log used
   local -a step=("$2" "$3") before=()
   [ $# -lt 5 ] || before=("$4" "$5")
+  # (Called where errexit does not hold: every step says when it failed.)
   cluster_psql -d postgres -c "CREATE DATABASE $db OWNER rendezvous_owner" \
-    -c "GRANT CREATE ON DATABASE $db TO rendezvous_intruder"
-  cluster_psql -d "$db" -c "GRANT CREATE ON SCHEMA public TO rendezvous_intruder"
-  [ ${#before[@]} = 0 ] || cluster_psql -d "$db" -U rendezvous_owner -o /dev/null "${before[@]}"
-  cluster_psql -d "$db" -U rendezvous_intruder -o /dev/null -v installer=rendezvous_owner -f pg_test/portable/planted.sql
+    -c "GRANT CREATE ON DATABASE $db TO rendezvous_intruder" || return 1
+  cluster_psql -d "$db" -c "GRANT CREATE ON SCHEMA public TO rendezvous_intruder" || return 1
+  if [ ${#before[@]} != 0 ]; then cluster_psql -d "$db" -U rendezvous_owner -o /dev/null "${before[@]}" || return 1; fi
+  cluster_psql -d "$db" -U rendezvous_intruder -o /dev/null -v installer=rendezvous_owner \
+    -f pg_test/portable/planted.sql || return 1
   if ! cluster_psql -d "$db" -U rendezvous_owner -o /dev/null "${step[@]}" >"$out" 2>&1 || grep -q "planted object" "$out"; then
     cat "$out" >&2
     echo "$1: the step failed or ran an object another role planted on the installer's search_path" >&2
@@ -160,8 +162,9 @@ planted_check() {
          OR (d.refclassid = 'pg_catalog.pg_operator'::regclass
              AND d.refobjid IN (SELECT o.oid FROM pg_catalog.pg_operator o WHERE o.oprowner = 'rendezvous_intruder'::regrole)))
        AND NOT (d.classid = 'pg_catalog.pg_operator'::regclass
-             AND d.objid IN (SELECT o.oid FROM pg_catalog.pg_operator o WHERE o.oprowner = 'rendezvous_intruder'::regrole))")
-  cluster_psql -d postgres -c "DROP DATABASE $db" >/dev/null
+             AND d.objid IN (SELECT o.oid FROM pg_catalog.pg_operator o WHERE o.oprowner = 'rendezvous_intruder'::regrole))") ||
+    return 1
+  cluster_psql -d postgres -c "DROP DATABASE $db" >/dev/null || return 1
   if [ "$used" != "0 calls, 0 dependencies" ]; then
     echo "$1: planted objects were called or are used by the install: $used" >&2
     return 1

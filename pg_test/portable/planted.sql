@@ -76,5 +76,16 @@ BEGIN
 END
 $$;
 
-SELECT count(*) > 1000 AS planted_many FROM pg_catalog.pg_proc p
- WHERE p.pronamespace IN ('public'::regnamespace, (:'installer')::regnamespace);
+-- The plant itself must have worked: a twin for most of pg_catalog's names, in each schema.
+DO $$
+DECLARE
+    nsp text;
+BEGIN
+    FOREACH nsp IN ARRAY ARRAY['public', current_setting('rendezvous_planted.installer')] LOOP
+        IF (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.pronamespace = nsp::regnamespace) < 1000
+           OR (SELECT count(*) FROM pg_catalog.pg_operator o WHERE o.oprnamespace = nsp::regnamespace) < 40 THEN
+            RAISE EXCEPTION 'planting in % made too few twins', nsp;
+        END IF;
+    END LOOP;
+END
+$$;
