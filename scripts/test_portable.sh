@@ -110,9 +110,8 @@ planted_objects_test() {
   log "the portable scripts under planted objects: no function or operator of another role runs"
   cluster_psql -d postgres -c "CREATE ROLE rendezvous_intruder LOGIN"
   pg_tle_content "${script%-portable.sql}-pg_tle.sql" >"$dir/$tle--$version.sql"
-  for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
-    from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
-    [[ $from != *--* ]] || continue
+  for from in $(released_portable_versions); do
+    released=extension/portable/released/pg_rendezvous-$from-portable.sql
     pg_tle_content "${released%-portable.sql}-pg_tle.sql" >"$dir/$tle--$from.sql"
     pg_tle_content "$upgrades/pg_rendezvous-$from--$version-pg_tle.sql" >"$dir/$tle--$from--$version.sql"
   done
@@ -122,9 +121,8 @@ planted_objects_test() {
   {
     planted_check psql_install -f "$script" &&
     planted_check pg_tle_install -c "CREATE EXTENSION $tle" &&
-    for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
-      from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
-      [[ $from != *--* ]] || continue
+    for from in $(released_portable_versions); do
+      released=extension/portable/released/pg_rendezvous-$from-portable.sql
       planted_check "psql_upgrade_${from//./_}" -f "$upgrades/pg_rendezvous-$from--$version-portable.sql" -f "$released" &&
       planted_check "pg_tle_upgrade_${from//./_}" -c "ALTER EXTENSION $tle UPDATE TO '$version'" \
         -c "CREATE EXTENSION $tle VERSION '$from'" || return 1
@@ -215,9 +213,8 @@ portable_upgrade_test() {
   local script=$1 version released from upgrades
   version=$(extension_version)
   upgrades=$(dirname "$script")
-  for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
-    from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
-    [[ $from != *--* ]] || continue
+  for from in $(released_portable_versions); do
+    released=extension/portable/released/pg_rendezvous-$from-portable.sql
     portable_upgrade_check "$released" "$upgrades/pg_rendezvous-$from--$version-portable.sql" "$from" "$script"
     pg_tle_upgrade_check "${released%-portable.sql}-pg_tle.sql" "$upgrades/pg_rendezvous-$from--$version-pg_tle.sql" "$from" \
       "${script%-portable.sql}-pg_tle.sql"
@@ -285,6 +282,15 @@ portable_upgrade_check() {
     exit 1
   fi
   log "upgraded portable catalog equals a fresh install ($(grep -c '^function ' "$dir/catalog.portable_fresh") functions)"
+}
+
+# The released portable versions (extension/portable/released/, install scripts only), one a line.
+released_portable_versions() {
+  local released from
+  for released in extension/portable/released/pg_rendezvous-*-portable.sql; do
+    from=$(basename "$released" -portable.sql); from=${from#pg_rendezvous-}
+    [[ $from == *--* ]] || echo "$from"
+  done
 }
 
 # The content a pg_tle wrapper (sqlgen's -pg_tle.sql: pgtle.install_extension or
